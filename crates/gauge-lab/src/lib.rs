@@ -1,0 +1,1 @@
+//! gauge-lab (skeleton)

@@ -1,0 +1,120 @@
+//! The candidate array every sampler works on.
+//!
+//! This mirrors llama.cpp's `llama_token_data_array`: a list of `(id, logit, p)` with a `sorted` flag
+//! ("sorted by logit, descending") and a `selected` index. Samplers may reorder it, shrink it, drop
+//! entries from the front (XTC advances llama.cpp's `data` pointer; here `start` moves), mask entries
+//! to `-inf`, or overwrite `p`. The buffer is reused across steps, so a step allocates nothing.
+
+/// A token id, as llama.cpp's `llama_token` (i32).
+pub type TokenId = i32;
+
+/// One candidate: llama.cpp's `llama_token_data`.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[repr(C)]
+pub struct TokenData {
+    pub id: TokenId,
+    pub logit: f32,
+    pub p: f32,
+}
+
+/// The candidate set for one step.
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    buf: Vec<TokenData>,
+    start: usize,
+    end: usize,
+    /// True when the live entries are sorted by logit, descending.
+    pub sorted: bool,
+    /// Index into the live entries of the chosen candidate, set by a terminal sampler.
+    pub selected: Option<usize>,
+}
+
+impl Candidates {
+    /// An empty set with no allocation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `{id: i, logit: logits[i], p: 0}` for every i, unsorted: what `llama_sampler_sample` fills.
+    pub fn from_logits(logits: &[f32]) -> Self {
+        let mut c = Self::new();
+        c.fill(logits);
+        c
+    }
+
+    /// Build from explicit entries (tests, replays of llama.cpp's own arrays).
+    pub fn from_data(data: Vec<TokenData>, sorted: bool) -> Self {
+        let end = data.len();
+        Self { buf: data, start: 0, end, sorted, selected: None }
+    }
+
+    /// Refill in place from a logit row, reusing the buffer.
+    pub fn fill(&mut self, logits: &[f32]) {
+        self.buf.clear();
+        self.buf.extend(
+            logits.iter().enumerate().map(|(i, &logit)| TokenData { id: i as TokenId, logit, p: 0.0 }),
+        );
+        self.start = 0;
+        self.end = self.buf.len();
+        self.sorted = false;
+        self.selected = None;
+    }
+
+    /// Replace the live entries with `data` (reusing the buffer).
+    pub fn set_data(&mut self, data: impl IntoIterator<Item = TokenData>, sorted: bool) {
+        self.buf.clear();
+        self.buf.extend(data);
+        self.start = 0;
+        self.end = self.buf.len();
+        self.sorted = sorted;
+        self.selected = None;
+    }
+
+    /// The live entries.
+    #[inline]
+    pub fn as_slice(&self) -> &[TokenData] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// The live entries, mutably.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [TokenData] {
+        &mut self.buf[self.start..self.end]
+    }
+
+    /// Number of live entries (llama.cpp's `size`).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// Keep the first `n` live entries (no-op when `n >= len`).
+    #[inline]
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.len() {
+            self.end = self.start + n;
+        }
+    }
+
+    /// Drop the first `n` live entries, as XTC's `data += n` does.
+    #[inline]
+    pub fn advance(&mut self, n: usize) {
+        let n = n.min(self.len());
+        self.start += n;
+    }
+
+    /// The token id of the selected entry, if a terminal sampler chose one.
+    pub fn selected_token(&self) -> Option<TokenId> {
+        self.selected.and_then(|i| self.as_slice().get(i)).map(|t| t.id)
+    }
+
+    /// Ids of the live entries in array order.
+    pub fn ids(&self) -> Vec<TokenId> {
+        self.as_slice().iter().map(|t| t.id).collect()
+    }
+}

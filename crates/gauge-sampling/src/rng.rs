@@ -1,0 +1,116 @@
+//! Random numbers exactly as llama.cpp built with GCC/libstdc++ draws them.
+//!
+//! llama.cpp uses `std::mt19937` and the standard distributions, whose algorithms the C++ standard
+//! leaves open. Token-identical seeded sampling against a Linux build therefore means reproducing
+//! libstdc++: `uniform_real_distribution<double>` takes two 32-bit draws (`generate_canonical<double,
+//! 53>`), the float form takes one, and `discrete_distribution` normalises in f64, forces the last
+//! partial sum to 1 and returns the first index whose partial sum is `>= u`.
+
+/// llama.cpp's `LLAMA_DEFAULT_SEED`: "pick a random seed".
+pub const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
+
+/// The 32-bit Mersenne Twister, `std::mt19937`.
+#[derive(Clone, Debug)]
+pub struct Mt19937 {
+    state: [u32; 624],
+    index: usize,
+}
+
+impl Mt19937 {
+    /// `std::mt19937(seed)` (standard `init_genrand`).
+    pub fn new(seed: u32) -> Self {
+        let mut state = [0u32; 624];
+        state[0] = seed;
+        for i in 1..624 {
+            let prev = state[i - 1];
+            state[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+        }
+        Self { state, index: 624 }
+    }
+
+    fn twist(&mut self) {
+        const UPPER: u32 = 0x8000_0000;
+        const LOWER: u32 = 0x7fff_ffff;
+        for i in 0..624 {
+            let y = (self.state[i] & UPPER) | (self.state[(i + 1) % 624] & LOWER);
+            let mut v = self.state[(i + 397) % 624] ^ (y >> 1);
+            if y & 1 != 0 {
+                v ^= 0x9908_b0df;
+            }
+            self.state[i] = v;
+        }
+        self.index = 0;
+    }
+
+    /// The next 32-bit output.
+    pub fn next_u32(&mut self) -> u32 {
+        if self.index >= 624 {
+            self.twist();
+        }
+        let mut y = self.state[self.index];
+        self.index += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^= y >> 18;
+        y
+    }
+
+    /// `std::uniform_real_distribution<double>(0, 1)(rng)`: two draws, the first is the low half.
+    pub fn uniform_f64(&mut self) -> f64 {
+        let lo = self.next_u32() as f64;
+        let hi = self.next_u32() as f64;
+        let r = (lo + hi * 4_294_967_296.0) / 18_446_744_073_709_551_616.0;
+        if r >= 1.0 {
+            // nextafter(1.0, 0.0)
+            f64::from_bits(1.0f64.to_bits() - 1)
+        } else {
+            r
+        }
+    }
+
+    /// `std::uniform_real_distribution<float>(0, 1)(rng)`: one draw, rounded to f32 first.
+    pub fn uniform_f32(&mut self) -> f32 {
+        let r = self.next_u32() as f32 / 4_294_967_296.0f32;
+        if r >= 1.0 {
+            f32::from_bits(1.0f32.to_bits() - 1)
+        } else {
+            r
+        }
+    }
+
+    /// `std::discrete_distribution<int>(weights)(rng)` as libstdc++ implements it.
+    ///
+    /// Fewer than two weights return 0 without drawing.
+    pub fn discrete(&mut self, weights: impl ExactSizeIterator<Item = f32> + Clone) -> usize {
+        let n = weights.len();
+        if n < 2 {
+            return 0;
+        }
+        let sum: f64 = weights.clone().map(|w| w as f64).sum();
+        let u = self.uniform_f64();
+        // partial sums of the normalised weights, the last forced to 1.0
+        let mut acc = 0.0f64;
+        for (i, w) in weights.enumerate() {
+            if i + 1 == n {
+                return i;
+            }
+            acc += w as f64 / sum;
+            if acc >= u {
+                return i;
+            }
+        }
+        n - 1
+    }
+}
+
+/// llama.cpp's `get_rng_seed`: `DEFAULT_SEED` becomes a fresh random seed, anything else is kept.
+pub fn resolve_seed(seed: u32) -> u32 {
+    if seed != DEFAULT_SEED {
+        return seed;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as u32
+}
