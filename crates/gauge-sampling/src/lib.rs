@@ -18,6 +18,7 @@ pub mod rng;
 pub mod sampler;
 pub mod samplers;
 pub mod sort;
+pub mod synth;
 pub mod trace;
 pub mod vocab;
 
