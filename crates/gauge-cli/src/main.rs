@@ -1,1 +1,46 @@
-fn main() { println!("gauge (skeleton)"); }
+//! `gauge`: the command-line front of the gauge crates.
+//!
+//! A thin binary: every subcommand parses flags with clap and calls a library function; `anyhow` is
+//! used only here, at the edge. Errors print one clear line and exit with code 2.
+
+mod cmd_chain;
+mod cmd_replay;
+mod sampling_args;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "gauge", version, about = "llama.cpp-exact sampler chains, gauge-invariant repetition penalties, and the instrument that measures the difference")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the sampler chain, params and per-stage shift invariance for a set of sampling flags.
+    Chain(cmd_chain::ChainArgs),
+    /// Replay a logit trace through a chain and print the chosen tokens as JSON.
+    Replay(cmd_replay::ReplayArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match &cli.cmd {
+        Cmd::Chain(a) => cmd_chain::run(a),
+        Cmd::Replay(a) => cmd_replay::run(a),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
