@@ -1,6 +1,52 @@
-//! `penalties` (STUB: not implemented yet).
+//! `penalties`: repeat, frequency and presence penalties over a window of accepted tokens.
+//!
+//! # Semantics
+//!
+//! The `ctrl` mode is llama.cpp's `llama_sampler_penalties` bit for bit: the window holds the last
+//! `last_n` accepted tokens with their counts, and every candidate whose id has `count > 0` gets
+//!
+//! ```text
+//! logit = logit <= 0 ? logit * repeat : logit / repeat      // note `<= 0`
+//! logit -= float(count) * freq + float(count > 0) * present // f32, this operation order
+//! ```
+//!
+//! then `sorted = false`. The repeat step reads the sign of a *raw* logit, a coordinate softmax
+//! ignores, so the same model shifted by a constant is penalised differently (see [`crate::gauge`]).
+//!
+//! The `normalized` mode first moves the whole row to log-probability coordinates,
+//! `ℓ = log_softmax(z)` over the full current candidate set, and then multiplies `ℓ` by `repeat` for
+//! every seen token. Every `ℓ <= 0`, so there is no sign branch: `p ↦ p^θ` before renormalisation,
+//! the same on every model and at every shift. Unseen tokens keep `ℓ`, a constant shift of their raw
+//! logits that every later shift-invariant stage ignores. The log-sum-exp is accumulated in f64
+//! (the terms `exp(z - max)` in f32) so that `ℓ` is as exact as f32 can hold it: an f32 sum over a
+//! 262k-entry row would lose several bits. With `repeat == 1` the log-softmax would only add a
+//! constant to the row, so it is skipped and the stage is the plain subtraction.
+//!
+//! Frequency and presence are subtractive, hence shift-invariant in both modes.
+//!
+//! # Deliberate differences from llama.cpp
+//!
+//! * `Window::All` (`-1`) means the whole history. llama.cpp clamps `-1` to `0`, which silently
+//!   turns the penalty off (SPEC §4, upstream issue #25388).
+//! * `count_prompt = false` ignores the tokens fed through `accept_prompt`; `once_per_token` counts a
+//!   token at most once for the frequency penalty; `exempt` ids are never penalised (they still take
+//!   their place in the window). The defaults reproduce llama.cpp.
+//!
+//! # Cost
+//!
+//! llama.cpp looks up every candidate in a hash map: O(vocab) per token. Here `ctrl` iterates the
+//! distinct seen tokens and finds each in the array directly when the array is in identity layout
+//! (`data[id].id == id`, which is how `llama_sampler_sample` fills it), so `apply` is O(history).
+//! When any seen token is not at its identity position (the stage runs after a reordering stage)
+//! it falls back to llama.cpp's own walk over the candidates with a map lookup each: O(len), the
+//! same cost as building an id→index map, with no scratch memory, and exact even for arrays with
+//! duplicate ids. (The fast path assumes ids are unique, which holds for every array a chain
+//! produces.) `normalized` needs the whole row and is O(vocab).
 
-use crate::candidates::{Candidates, TokenId};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -57,32 +103,366 @@ pub struct PenaltiesConfig {
     pub exempt: Vec<TokenId>,
 }
 
-/// STUB
+/// A cheap hasher for token ids (a multiply and a fold). The maps it serves hold at most one entry
+/// per distinct token of a window and are probed once per history token, so SipHash's
+/// DoS-resistance buys nothing and costs most of the lookup.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+    #[inline]
+    fn write_i32(&mut self, x: i32) {
+        self.write_u64(u64::from(x as u32));
+    }
+}
+
+/// A map keyed by token id with [`IdHasher`].
+pub(crate) type IdMap<V> = HashMap<TokenId, V, BuildHasherDefault<IdHasher>>;
+
+/// Index of `id` in `data` when the array is in identity layout at that id (`data[id].id == id`).
+#[inline]
+pub(crate) fn identity_index(data: &[TokenData], id: TokenId) -> Option<usize> {
+    let i = usize::try_from(id).ok()?;
+    (data.get(i)?.id == id).then_some(i)
+}
+
+/// Call `f(entry, value)` for every candidate whose id is a key of `map`, in O(map) when every key
+/// sits at its identity position and in O(len) otherwise (see the module docs).
+pub(crate) fn for_each_keyed<V: Copy>(
+    data: &mut [TokenData],
+    map: &IdMap<V>,
+    mut f: impl FnMut(&mut TokenData, V),
+) {
+    if map.keys().all(|&id| identity_index(data, id).is_some()) {
+        for (&id, &v) in map {
+            // Checked just above; `usize::try_from` cannot fail for these ids.
+            f(&mut data[id as usize], v);
+        }
+    } else {
+        for t in data.iter_mut() {
+            if let Some(&v) = map.get(&t.id) {
+                f(t, v);
+            }
+        }
+    }
+}
+
+/// llama.cpp's sign-branched repeat penalty on one raw logit: divide when positive, multiply when
+/// `<= 0` (so 0 is a fixed point and a negative logit moves away from 0, i.e. down).
+#[inline]
+pub fn ctrl_penalize(z: f32, theta: f32) -> f32 {
+    if z <= 0.0 {
+        z * theta
+    } else {
+        z / theta
+    }
+}
+
+/// The normalized repeat penalty on one log-probability `ℓ <= 0`: `ℓ*θ`, i.e. `p ↦ p^θ` before
+/// renormalisation. No branch is needed because `ℓ` is never positive.
+#[inline]
+pub fn normalized_penalize(l: f32, theta: f32) -> f32 {
+    l * theta
+}
+
+/// The amount the frequency and presence penalties subtract for a token seen `count` times,
+/// with llama.cpp's f32 operation order: `float(count)*freq + float(count > 0)*present`.
+#[inline]
+pub fn subtractive_amount(count: u32, freq: f32, present: f32) -> f32 {
+    count as f32 * freq + f32::from(u8::from(count > 0)) * present
+}
+
+/// `log_softmax` of a row in place: `ℓ_i = (z_i - max) - ln Σ exp(z_j - max)`.
+///
+/// The differences and their `exp` are f32, the sum and the log are f64 (see the module docs).
+/// `-inf` entries stay `-inf`. A row with no finite value (or an empty row) is left unchanged,
+/// since it has no log-probabilities.
+pub fn log_softmax_inplace(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return;
+    }
+    let lse = log_sum_exp_offset(row.iter().copied(), max);
+    for z in row.iter_mut() {
+        *z = shifted_log_prob(*z, max, lse);
+    }
+}
+
+/// `ln Σ exp(z - max)` with f32 terms and an f64 sum (>= 0 because the max term is 1).
+#[inline]
+fn log_sum_exp_offset(values: impl Iterator<Item = f32>, max: f32) -> f64 {
+    let sum: f64 = values.map(|z| f64::from((z - max).exp())).sum();
+    sum.ln()
+}
+
+#[inline]
+fn shifted_log_prob(z: f32, max: f32, lse: f64) -> f32 {
+    (f64::from(z - max) - lse) as f32
+}
+
+/// The `penalties` stage.
 #[derive(Clone, Debug)]
 pub struct Penalties {
     cfg: PenaltiesConfig,
+    /// The window, oldest first. Only kept for `Window::Last` (eviction needs the order).
+    ring: VecDeque<TokenId>,
+    /// Count of every non-exempt token inside the window; entries are removed at 0.
+    counts: IdMap<u32>,
 }
 
 /// Build the stage as llama.cpp's init does (a `?penalties` placeholder when disabled).
-pub fn build(cfg: PenaltiesConfig) -> Box<dyn Sampler> {
+pub fn build(mut cfg: PenaltiesConfig) -> Box<dyn Sampler> {
     if cfg.last_n.is_disabled() || (cfg.repeat == 1.0 && cfg.freq == 0.0 && cfg.present == 0.0) {
         return Placeholder::boxed("?penalties");
     }
-    Box::new(Penalties { cfg })
+    cfg.exempt.sort_unstable();
+    cfg.exempt.dedup();
+    Box::new(Penalties {
+        cfg,
+        ring: VecDeque::new(),
+        counts: IdMap::default(),
+    })
+}
+
+impl Penalties {
+    #[inline]
+    fn is_exempt(&self, token: TokenId) -> bool {
+        !self.cfg.exempt.is_empty() && self.cfg.exempt.binary_search(&token).is_ok()
+    }
+
+    fn count_in(&mut self, token: TokenId) {
+        if !self.is_exempt(token) {
+            *self.counts.entry(token).or_insert(0) += 1;
+        }
+    }
+
+    fn count_out(&mut self, token: TokenId) {
+        if self.is_exempt(token) {
+            return;
+        }
+        if let Some(c) = self.counts.get_mut(&token) {
+            *c -= 1;
+            if *c == 0 {
+                self.counts.remove(&token);
+            }
+        }
+    }
+
+    /// The count the frequency penalty uses.
+    #[inline]
+    fn freq_count(once_per_token: bool, count: u32) -> u32 {
+        if once_per_token {
+            count.min(1)
+        } else {
+            count
+        }
+    }
+
+    fn apply_ctrl(&mut self, cur: &mut Candidates) {
+        let (repeat, freq, present, once) = (
+            self.cfg.repeat,
+            self.cfg.freq,
+            self.cfg.present,
+            self.cfg.once_per_token,
+        );
+        for_each_keyed(cur.as_mut_slice(), &self.counts, |t, count| {
+            let l = ctrl_penalize(t.logit, repeat);
+            t.logit = l - subtractive_amount(Self::freq_count(once, count), freq, present);
+        });
+    }
+
+    fn apply_normalized(&mut self, cur: &mut Candidates) {
+        let data = cur.as_mut_slice();
+        let max = data.iter().fold(f32::NEG_INFINITY, |m, t| m.max(t.logit));
+        if !max.is_finite() {
+            // Empty, or every candidate banned: there are no log-probabilities to penalise.
+            return;
+        }
+        let lse = log_sum_exp_offset(data.iter().map(|t| t.logit), max);
+        for t in data.iter_mut() {
+            t.logit = shifted_log_prob(t.logit, max, lse);
+        }
+        let (repeat, freq, present, once) = (
+            self.cfg.repeat,
+            self.cfg.freq,
+            self.cfg.present,
+            self.cfg.once_per_token,
+        );
+        for_each_keyed(data, &self.counts, |t, count| {
+            let l = normalized_penalize(t.logit, repeat);
+            t.logit = l - subtractive_amount(Self::freq_count(once, count), freq, present);
+        });
+    }
 }
 
 impl Sampler for Penalties {
     fn name(&self) -> &str {
         "penalties"
     }
-    fn apply(&mut self, _cur: &mut Candidates) {
-        let _ = &self.cfg;
-        unimplemented!("STUB penalties")
+
+    fn apply(&mut self, cur: &mut Candidates) {
+        match self.cfg.mode {
+            PenaltyMode::Normalized if self.cfg.repeat != 1.0 => self.apply_normalized(cur),
+            // With θ = 1 the normalized operator is the plain subtraction up to a constant, and
+            // `ctrl_penalize(z, 1)` is exact, so both modes share the O(history) path.
+            _ => self.apply_ctrl(cur),
+        }
+        cur.sorted = false;
     }
+
+    fn accept(&mut self, token: TokenId) {
+        match self.cfg.last_n {
+            Window::All => self.count_in(token),
+            Window::Last(n) => {
+                if self.ring.len() >= n {
+                    if let Some(old) = self.ring.pop_front() {
+                        self.count_out(old);
+                    }
+                }
+                self.ring.push_back(token);
+                self.count_in(token);
+            }
+        }
+    }
+
+    fn accept_prompt(&mut self, token: TokenId) {
+        if self.cfg.count_prompt {
+            self.accept(token);
+        }
+    }
+
+    fn reset(&mut self) {
+        self.ring.clear();
+        self.counts.clear();
+    }
+
     fn shift(&self) -> Shift {
-        Shift::Invariant
+        if self.cfg.mode == PenaltyMode::Ctrl && self.cfg.repeat != 1.0 {
+            Shift::Variant("sign branch on raw logits")
+        } else {
+            Shift::Invariant
+        }
     }
+
     fn box_clone(&self) -> Box<dyn Sampler> {
         Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(last_n: Window, repeat: f32, freq: f32, present: f32) -> PenaltiesConfig {
+        PenaltiesConfig {
+            n_vocab: 4,
+            last_n,
+            repeat,
+            freq,
+            present,
+            mode: PenaltyMode::Ctrl,
+            count_prompt: true,
+            once_per_token: false,
+            exempt: vec![],
+        }
+    }
+
+    fn run(c: PenaltiesConfig, history: &[TokenId], logits: &[f32]) -> Vec<f32> {
+        let mut s = build(c);
+        for &t in history {
+            s.accept(t);
+        }
+        let mut cur = Candidates::from_logits(logits);
+        s.apply(&mut cur);
+        let mut out = vec![0.0; logits.len()];
+        for t in cur.as_slice() {
+            out[t.id as usize] = t.logit;
+        }
+        out
+    }
+
+    #[test]
+    fn window_evicts_oldest_and_keeps_counts() {
+        // Window of 2 over [0, 1, 1]: token 0 has left, token 1 counts twice.
+        let out = run(
+            cfg(Window::Last(2), 1.0, 1.0, 0.0),
+            &[0, 1, 1],
+            &[1.0, 1.0, 1.0, 1.0],
+        );
+        assert_eq!(out, vec![1.0, -1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn zero_logit_is_a_fixed_point_of_the_repeat_step() {
+        assert_eq!(ctrl_penalize(0.0, 2.0), 0.0);
+        assert_eq!(ctrl_penalize(-1.0, 2.0), -2.0);
+        assert_eq!(ctrl_penalize(1.0, 2.0), 0.5);
+    }
+
+    #[test]
+    fn reordered_array_takes_the_lookup_path_with_the_same_result() {
+        let logits = [0.5, -0.25, 2.0, 1.0];
+        let mut s = build(cfg(Window::All, 1.5, 0.25, 0.5));
+        for t in [2, 2, 1] {
+            s.accept(t);
+        }
+        let mut direct = Candidates::from_logits(&logits);
+        s.apply(&mut direct);
+        let mut rev: Vec<TokenData> = Candidates::from_logits(&logits).as_slice().to_vec();
+        rev.reverse();
+        let mut reordered = Candidates::from_data(rev, false);
+        s.apply(&mut reordered);
+        for t in reordered.as_slice() {
+            assert_eq!(
+                t.logit.to_bits(),
+                direct.as_slice()[t.id as usize].logit.to_bits()
+            );
+        }
+    }
+
+    #[test]
+    fn prompt_tokens_are_ignored_when_count_prompt_is_false() {
+        let mut c = cfg(Window::All, 1.0, 0.0, 1.0);
+        c.count_prompt = false;
+        let mut s = build(c);
+        s.accept_prompt(0);
+        s.accept(1);
+        let mut cur = Candidates::from_logits(&[1.0, 1.0]);
+        s.apply(&mut cur);
+        assert_eq!(cur.as_slice()[0].logit, 1.0);
+        assert_eq!(cur.as_slice()[1].logit, 0.0);
+    }
+
+    #[test]
+    fn once_per_token_caps_the_frequency_count_at_one() {
+        let mut c = cfg(Window::All, 1.0, 1.0, 0.0);
+        c.once_per_token = true;
+        let out = run(c, &[0, 0, 0], &[1.0, 1.0]);
+        assert_eq!(out, vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn log_softmax_sums_to_one_and_keeps_bans() {
+        let mut row = [3.0f32, 1.0, f32::NEG_INFINITY, -2.0];
+        log_softmax_inplace(&mut row);
+        let s: f64 = row.iter().map(|&l| f64::from(l).exp()).sum();
+        assert!((s - 1.0).abs() < 1e-6);
+        assert_eq!(row[2], f32::NEG_INFINITY);
+        assert!(row.iter().all(|&l| l <= 0.0));
     }
 }
