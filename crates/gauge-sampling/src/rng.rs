@@ -81,15 +81,32 @@ impl Mt19937 {
 
     /// `std::discrete_distribution<int>(weights)(rng)` as libstdc++ implements it.
     ///
-    /// Fewer than two weights return 0 without drawing.
+    /// Fewer than two weights return 0 without drawing. Otherwise the weights are summed in f64
+    /// (array order), each is divided by the sum, the partial sums are taken with the last forced to
+    /// 1.0, and the result is `lower_bound(cp, u)` for one uniform double `u`.
+    ///
+    /// For finite non-negative weights with a positive sum the partial sums are non-decreasing, so a
+    /// linear scan finds the same index as the binary search without storing them (the hot path,
+    /// no allocation). Anything else (NaN, infinities, negative or all-zero weights, which a `+inf`
+    /// logit bias can produce) makes the partial sums non-monotone; then libstdc++'s
+    /// `lower_bound` probes are replayed exactly over a materialised table.
     pub fn discrete(&mut self, weights: impl ExactSizeIterator<Item = f32> + Clone) -> usize {
         let n = weights.len();
         if n < 2 {
             return 0;
         }
-        let sum: f64 = weights.clone().map(|w| w as f64).sum();
+        let mut sum = 0.0f64;
+        let mut well_formed = true;
+        for w in weights.clone() {
+            if !w.is_finite() || w < 0.0 {
+                well_formed = false;
+            }
+            sum += w as f64;
+        }
         let u = self.uniform_f64();
-        // partial sums of the normalised weights, the last forced to 1.0
+        if !well_formed || sum <= 0.0 {
+            return discrete_lower_bound_exact(weights, sum, u);
+        }
         let mut acc = 0.0f64;
         for (i, w) in weights.enumerate() {
             if i + 1 == n {
@@ -102,6 +119,37 @@ impl Mt19937 {
         }
         n - 1
     }
+}
+
+/// The general form of `discrete`: libstdc++'s `std::lower_bound` over the partial sums, probe for
+/// probe, so that non-monotone tables (NaN or infinite weights) give the index GCC's build gives.
+#[cold]
+fn discrete_lower_bound_exact(weights: impl ExactSizeIterator<Item = f32>, sum: f64, u: f64) -> usize {
+    let mut cp: Vec<f64> = Vec::with_capacity(weights.len());
+    let mut acc = 0.0f64;
+    for (i, w) in weights.enumerate() {
+        let q = w as f64 / sum;
+        acc = if i == 0 { q } else { acc + q };
+        cp.push(acc);
+    }
+    if let Some(last) = cp.last_mut() {
+        *last = 1.0;
+    }
+    // `__lower_bound` with `*it < u`: halve the range, keep the right half only when the probe is
+    // strictly less than `u` (NaN probes compare false and send the search left).
+    let mut first = 0usize;
+    let mut len = cp.len();
+    while len > 0 {
+        let half = len >> 1;
+        let mid = first + half;
+        if cp[mid] < u {
+            first = mid + 1;
+            len = len - half - 1;
+        } else {
+            len = half;
+        }
+    }
+    first
 }
 
 /// llama.cpp's `get_rng_seed`: `DEFAULT_SEED` becomes a fresh random seed, anything else is kept.
