@@ -1,10 +1,21 @@
-//! Helpers shared by several samplers, with llama.cpp's exact arithmetic
-//! (`softmax_impl`, `partial_sort_inplace`, `top_k_impl`, `temp_impl`).
+//! Helpers shared by several samplers, with llama.cpp's exact arithmetic and ordering
+//! (`softmax_impl`, `partial_sort_inplace`, `top_k_impl`, `temp_impl`; SPEC §0).
 //!
-//! NOTE(skeleton): the sorts here are placeholders with std's sort; the exact libstdc++ ports live in
-//! `sort.rs` and replace them.
+//! Design choices:
+//! * Sorting goes through the libstdc++ ports in [`crate::sort`], because the array order after a
+//!   sort is observable downstream (dist picks by array order).
+//! * Sums are f32 accumulators in array order and temperature is a division, as in llama.cpp: a
+//!   "better" summation would change the last ulp and, through dist, the sampled token.
+//! * The bucket sort needs an output buffer. Rather than change these signatures (other samplers
+//!   call them), a thread-local [`BucketSorter`] is reused, so a step allocates only the first time
+//!   a thread sees a vocabulary that large.
+//! * llama.cpp asserts on an empty array in `softmax_impl`; here an empty array is left untouched,
+//!   so no user input can make the library panic.
+
+use std::cell::RefCell;
 
 use crate::candidates::{Candidates, TokenData};
+use crate::sort::{partial_sort_by, BucketSorter};
 
 /// Comparator of llama.cpp: descending by logit.
 #[inline]
@@ -12,25 +23,59 @@ pub fn logit_greater(a: &TokenData, b: &TokenData) -> bool {
     a.logit > b.logit
 }
 
-/// Sort the top `npartial` entries descending, truncate to them, set `sorted`.
+/// llama.cpp switches from the heap partial sort to the bucket sort above this many elements.
+pub const HEAP_PARTIAL_SORT_MAX: usize = 128;
+
+thread_local! {
+    static SCRATCH: RefCell<BucketSorter> = RefCell::new(BucketSorter::new());
+}
+
+/// llama.cpp `llama_token_data_array_partial_sort_inplace`: sort the top `npartial` entries
+/// descending, truncate to them, set `sorted`.
+///
+/// `npartial <= 128` is `std::partial_sort` over the whole array; larger is the 128-bucket sort into
+/// a scratch buffer with the first `npartial` copied back. `npartial` is clamped to the size.
 pub fn partial_sort_inplace(cur: &mut Candidates, npartial: usize) {
-    let s = cur.as_mut_slice();
-    s.sort_by(|a, b| b.logit.partial_cmp(&a.logit).unwrap_or(std::cmp::Ordering::Equal));
+    let npartial = npartial.min(cur.len());
+    if npartial <= HEAP_PARTIAL_SORT_MAX {
+        partial_sort_by(cur.as_mut_slice(), npartial, logit_greater);
+    } else {
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let out = s.sort(cur.as_slice(), npartial);
+            cur.as_mut_slice()[..npartial].copy_from_slice(&out[..npartial]);
+        });
+    }
     cur.truncate(npartial);
     cur.sorted = true;
 }
 
+/// The largest logit, with `std::max`'s rule (`a < b ? b : a`, so the first of equal maxima and
+/// no NaN promotion), starting from `s[0]`.
+#[inline]
+pub(crate) fn max_logit(s: &[TokenData]) -> f32 {
+    let mut m = s[0].logit;
+    for t in &s[1..] {
+        if m < t.logit {
+            m = t.logit;
+        }
+    }
+    m
+}
+
 /// llama.cpp `softmax_impl`: optional full sort, then `p = expf(l - max) / sum` with an f32 sum in
-/// array order.
+/// array order. `max` is `data[0]` when the array is sorted (even if `do_sort` is false).
 pub fn softmax_impl(cur: &mut Candidates, do_sort: bool) {
-    assert!(!cur.is_empty());
+    if cur.is_empty() {
+        return;
+    }
     if do_sort && !cur.sorted {
         let n = cur.len();
         partial_sort_inplace(cur, n);
     }
     let sorted = cur.sorted;
     let s = cur.as_mut_slice();
-    let max_l = if sorted { s[0].logit } else { s.iter().fold(s[0].logit, |m, t| if t.logit > m { t.logit } else { m }) };
+    let max_l = if sorted { s[0].logit } else { max_logit(s) };
     let mut cum = 0.0f32;
     for t in s.iter_mut() {
         let p = (t.logit - max_l).exp();
@@ -42,7 +87,8 @@ pub fn softmax_impl(cur: &mut Candidates, do_sort: bool) {
     }
 }
 
-/// llama.cpp `top_k_impl`.
+/// llama.cpp `top_k_impl`: `k <= 0` does nothing; an unsorted array gets a partial sort of its top
+/// `min(k, size)`; a sorted one is only truncated. Probabilities are not touched.
 pub fn top_k_impl(cur: &mut Candidates, k: i32) {
     if k <= 0 {
         return;
@@ -54,8 +100,8 @@ pub fn top_k_impl(cur: &mut Candidates, k: i32) {
     cur.truncate(k);
 }
 
-/// llama.cpp `temp_impl`: `t <= 0` keeps the first maximum and masks the rest to -inf; otherwise
-/// divides (not multiplies by 1/t).
+/// llama.cpp `temp_impl`: `t <= 0` keeps the first maximum (strict `>`) and masks the rest to -inf
+/// without reordering; otherwise divides (not multiplies by 1/t, which rounds differently).
 pub fn temp_impl(cur: &mut Candidates, t: f32) {
     if cur.is_empty() {
         return;
@@ -79,5 +125,69 @@ pub fn temp_impl(cur: &mut Candidates, t: f32) {
     }
     for c in s.iter_mut() {
         c.logit /= t;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cands(logits: &[f32]) -> Candidates {
+        Candidates::from_logits(logits)
+    }
+
+    #[test]
+    fn temp_zero_keeps_the_first_of_tied_maxima() {
+        let mut c = cands(&[1.0, 3.0, 2.0, 3.0]);
+        temp_impl(&mut c, 0.0);
+        let l: Vec<f32> = c.as_slice().iter().map(|t| t.logit).collect();
+        assert_eq!(
+            l,
+            [f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY, f32::NEG_INFINITY]
+        );
+        assert_eq!(c.ids(), [0, 1, 2, 3], "temp 0 does not reorder");
+    }
+
+    #[test]
+    fn temp_divides() {
+        let mut c = cands(&[1.0]);
+        temp_impl(&mut c, 3.0);
+        assert_eq!(c.as_slice()[0].logit, 1.0f32 / 3.0);
+    }
+
+    #[test]
+    fn softmax_on_empty_is_a_no_op() {
+        let mut c = Candidates::new();
+        softmax_impl(&mut c, true);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn top_k_on_sorted_only_truncates() {
+        // deliberately "sorted" but not in order: top-k must trust the flag, as llama.cpp does
+        let data = [1.0f32, 5.0, 3.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| TokenData {
+                id: i as i32,
+                logit: l,
+                p: 0.0,
+            });
+        let mut c = Candidates::from_data(data.collect(), true);
+        top_k_impl(&mut c, 2);
+        assert_eq!(c.ids(), [0, 1]);
+    }
+
+    #[test]
+    fn partial_sort_inplace_large_uses_buckets_and_keeps_k() {
+        let logits: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+            .collect();
+        let mut c = cands(&logits);
+        partial_sort_inplace(&mut c, 300);
+        assert_eq!(c.len(), 300);
+        assert!(c.sorted);
+        assert!(c.as_slice().windows(2).all(|w| w[0].logit >= w[1].logit));
+        assert_eq!(c.as_slice()[0].logit, 4.99);
     }
 }

@@ -1,13 +1,18 @@
-//! `greedy` (STUB: not implemented yet).
+//! `greedy`: pick the largest logit (llama.cpp `llama_sampler_init_greedy`).
+//!
+//! A strict `>` scan in the **current array order**, so among tied maxima the one that comes first
+//! in the array wins (not the lowest token id). Order, size and `p` are untouched; no RNG.
+//! llama.cpp sets `selected = 0` on an empty array and the chain then asserts; here an empty array
+//! gets `selected = None`, which the chain reports as a typed error.
 
 use crate::candidates::Candidates;
 use crate::sampler::{Sampler, Shift};
 
-/// STUB
+/// Argmax in array order.
 #[derive(Clone, Debug)]
-pub struct Greedy ;
+pub struct Greedy;
 
-/// Build the stage as llama.cpp's init function does (a `?greedy` placeholder when disabled).
+/// Build the stage (greedy has no parameters and no placeholder form).
 #[allow(clippy::too_many_arguments)]
 pub fn build() -> Box<dyn Sampler> {
     Box::new(Greedy)
@@ -17,13 +22,71 @@ impl Sampler for Greedy {
     fn name(&self) -> &str {
         "greedy"
     }
-    fn apply(&mut self, _cur: &mut Candidates) {
-        unimplemented!("STUB greedy")
+    fn apply(&mut self, cur: &mut Candidates) {
+        let s = cur.as_slice();
+        if s.is_empty() {
+            cur.selected = None;
+            return;
+        }
+        let mut sel = 0;
+        for (i, t) in s.iter().enumerate().skip(1) {
+            if t.logit > s[sel].logit {
+                sel = i;
+            }
+        }
+        cur.selected = Some(sel);
     }
+    /// Invariant: the argmax does not move with a common shift.
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
     fn box_clone(&self) -> Box<dyn Sampler> {
         Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidates::TokenData;
+
+    #[test]
+    fn empty_selects_nothing() {
+        let mut c = Candidates::new();
+        build().apply(&mut c);
+        assert_eq!(c.selected, None);
+    }
+
+    #[test]
+    fn size_one_selects_it() {
+        let mut c = Candidates::from_logits(&[f32::NEG_INFINITY]);
+        build().apply(&mut c);
+        assert_eq!(c.selected, Some(0));
+    }
+
+    #[test]
+    fn ties_go_to_the_first_in_array_order_not_the_lowest_id() {
+        let data = vec![
+            TokenData {
+                id: 9,
+                logit: 1.0,
+                p: 0.0,
+            },
+            TokenData {
+                id: 2,
+                logit: 3.0,
+                p: 0.0,
+            },
+            TokenData {
+                id: 1,
+                logit: 3.0,
+                p: 0.0,
+            },
+        ];
+        let mut c = Candidates::from_data(data, false);
+        build().apply(&mut c);
+        assert_eq!(c.selected, Some(1));
+        assert_eq!(c.selected_token(), Some(2));
+        assert_eq!(c.ids(), [9, 2, 1], "greedy does not reorder");
     }
 }

@@ -1,10 +1,16 @@
-//! `top-k` (STUB: not implemented yet).
+//! `top-k`: keep the `k` largest logits, sorted descending (llama.cpp `llama_sampler_init_top_k`).
+//!
+//! apply is `top_k_impl`: an unsorted array gets an exact libstdc++ partial sort of its top k (heap
+//! for k <= 128, bucket sort above), a sorted one is only truncated. `p` is left stale, as in
+//! llama.cpp. Note the bucket path's quirk (SPEC §6.15): a `+inf` logit lands in the lowest bucket,
+//! so top-k with k > 128 drops it; the chain rejects `+inf` logits before any stage runs.
 
 use crate::candidates::Candidates;
+use crate::ops::top_k_impl;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
-/// STUB
+/// Keep the `k` most likely candidates.
 #[derive(Clone, Debug)]
 pub struct TopK {
     k: i32,
@@ -23,13 +29,48 @@ impl Sampler for TopK {
     fn name(&self) -> &str {
         "top-k"
     }
-    fn apply(&mut self, _cur: &mut Candidates) {
-        unimplemented!("STUB top-k")
+    fn apply(&mut self, cur: &mut Candidates) {
+        top_k_impl(cur, self.k);
     }
+    /// Invariant: the kept set is the k largest logits, which a common shift does not change. Only
+    /// the order among exactly tied logits can depend on where the 128 bucket boundaries fall.
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
     fn box_clone(&self) -> Box<dyn Sampler> {
         Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_set_stays_empty() {
+        let mut c = Candidates::new();
+        build(3).apply(&mut c);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn size_one_is_kept_and_marked_sorted() {
+        let mut c = Candidates::from_logits(&[0.5]);
+        build(3).apply(&mut c);
+        assert_eq!(c.ids(), [0]);
+        assert!(c.sorted);
+    }
+
+    #[test]
+    fn k_larger_than_size_sorts_everything() {
+        let mut c = Candidates::from_logits(&[0.1, 0.3, 0.2]);
+        build(10).apply(&mut c);
+        assert_eq!(c.ids(), [1, 2, 0]);
+    }
+
+    #[test]
+    fn disabled_is_a_placeholder() {
+        assert_eq!(build(0).name(), "?top-k");
+        assert_eq!(build(-1).name(), "?top-k");
     }
 }

@@ -1,10 +1,18 @@
-//! `top-n-sigma` (STUB: not implemented yet).
+//! `top-n-sigma`: mask every candidate more than `n` standard deviations below the top logit
+//! (llama.cpp `llama_sampler_init_top_n_sigma(n)`).
+//!
+//! Over the logits that are not `-inf`: `max` (starting from `data[0]`), f32 `sum` and `count`,
+//! `mean = sum / count`; `acc += pow(l - mean, 2)` where C++ `pow(float, int)` is a **double** pow
+//! rounded back to f32 by each `+=`; **population** std `sqrt(acc / count)`. Candidates with
+//! `logit < max - n·std` become `-inf`. Nothing is reordered or removed and `sorted` is untouched:
+//! the masked entries stay in the array and reach later stages (typical's NaN in llama.cpp,
+//! SPEC §6.14, which gauge's typical avoids).
 
 use crate::candidates::Candidates;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
-/// STUB
+/// Mask logits far below the maximum, measured in standard deviations.
 #[derive(Clone, Debug)]
 pub struct TopNSigma {
     n: f32,
@@ -23,13 +31,102 @@ impl Sampler for TopNSigma {
     fn name(&self) -> &str {
         "top-n-sigma"
     }
-    fn apply(&mut self, _cur: &mut Candidates) {
-        unimplemented!("STUB top-n-sigma")
+    fn apply(&mut self, cur: &mut Candidates) {
+        if self.n <= 0.0 || cur.len() <= 1 {
+            return;
+        }
+        let s = cur.as_mut_slice();
+        let mut max = s[0].logit;
+        let mut sum = 0.0f32;
+        let mut count = 0usize;
+        for t in s.iter() {
+            if t.logit != f32::NEG_INFINITY {
+                if max < t.logit {
+                    max = t.logit;
+                }
+                sum += t.logit;
+                count += 1;
+            }
+        }
+        let mean = if count > 0 { sum / count as f32 } else { 0.0 };
+        let mut acc = 0.0f32;
+        for t in s.iter() {
+            if t.logit != f32::NEG_INFINITY {
+                let d = (t.logit - mean) as f64;
+                acc = (acc as f64 + d * d) as f32;
+            }
+        }
+        let std = if count > 0 {
+            (acc / count as f32).sqrt()
+        } else {
+            0.0
+        };
+        let cut = max - self.n * std;
+        for t in s.iter_mut() {
+            if t.logit < cut {
+                t.logit = f32::NEG_INFINITY;
+            }
+        }
     }
+    /// Invariant: `max - n·std` moves with a common shift (and scales with temperature), so the
+    /// masked set is the same up to f32 rounding.
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
     fn box_clone(&self) -> Box<dyn Sampler> {
         Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits(c: &Candidates) -> Vec<f32> {
+        c.as_slice().iter().map(|t| t.logit).collect()
+    }
+
+    #[test]
+    fn empty_and_single_are_untouched() {
+        let mut c = Candidates::new();
+        build(1.0).apply(&mut c);
+        assert!(c.is_empty());
+        let mut c = Candidates::from_logits(&[-7.0]);
+        build(1.0).apply(&mut c);
+        assert_eq!(logits(&c), [-7.0]);
+    }
+
+    #[test]
+    fn population_std_over_finite_logits_only() {
+        // finite logits 0, 2, 1: mean 1, population std sqrt(2/3) ~ 0.816 (the sample std would
+        // be 1 and keep the 1.0) -> cut 1.18: 0 and 1 are masked; the -inf does not count
+        let mut c = Candidates::from_logits(&[0.0, 2.0, f32::NEG_INFINITY, 1.0]);
+        build(1.0).apply(&mut c);
+        assert_eq!(
+            logits(&c),
+            [f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]
+        );
+        assert_eq!(c.len(), 4, "size unchanged");
+        assert_eq!(c.ids(), [0, 1, 2, 3], "order unchanged");
+    }
+
+    #[test]
+    fn all_minus_inf_is_left_alone() {
+        let mut c = Candidates::from_logits(&[f32::NEG_INFINITY; 3]);
+        build(1.0).apply(&mut c);
+        assert_eq!(logits(&c), [f32::NEG_INFINITY; 3]);
+    }
+
+    #[test]
+    fn equal_logits_keep_everything() {
+        let mut c = Candidates::from_logits(&[0.5; 5]);
+        build(0.1).apply(&mut c);
+        assert_eq!(logits(&c), [0.5; 5]);
+    }
+
+    #[test]
+    fn non_positive_n_is_a_placeholder() {
+        assert_eq!(build(0.0).name(), "?top-n-sigma");
+        assert_eq!(build(-1.0).name(), "?top-n-sigma");
     }
 }
