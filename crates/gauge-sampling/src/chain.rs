@@ -1,8 +1,33 @@
-//! `Chain`: ordered stages, the sample loop, and llama.cpp's chain print.
+//! `Chain`: ordered stages, the sample loop, llama.cpp's chain print, and the chain builder.
+//!
+//! [`Chain::from_params`] builds exactly the chain llama.cpp's `common_sampler_init` builds
+//! (SPEC §3): `logit-bias` first when there is any bias, then one stage per entry of `samplers` in
+//! that order (the `temperature` slot is `temp-ext`), then the terminal `dist`, or `adaptive-p` when
+//! `adaptive_p` appears anywhere in the list. With `mirostat` 1 or 2 the list is ignored and the
+//! chain is `[logit-bias] -> temp -> mirostat[-v2]`. Disabled stages stay in the chain as llama.cpp's
+//! stateless `?name` placeholders, so [`Chain::describe`] prints what llama.cpp prints.
+//!
+//! [`ChainBuilder`] is the same construction behind `with_*` methods. The builder only sets
+//! parameters; the order always comes from the `samplers` list, so the order of the calls never
+//! matters. [`ChainBuilder::greedy`] ends the chain with `greedy` instead of `dist` and leaves out
+//! disabled stages, so the bare greedy chain is `logits -> greedy`, as `llama_sampler_init_greedy`.
+//!
+//! Strings (string logit-bias keys, DRY's string breakers, string penalty exemptions, `ignore_eos`)
+//! need a [`Vocab`]; without one they are [`SamplingError::NeedsVocab`], but only when the stage
+//! that would use them is enabled: a disabled DRY never needs its breakers.
 
 use crate::candidates::{Candidates, TokenId};
 use crate::error::{Result, SamplingError};
+use crate::order::SamplerType;
+use crate::params::{LogitBias, SamplingParams, TokenRef, DEFAULT_DRY_BREAKERS};
 use crate::sampler::{Sampler, Shift};
+use crate::samplers::dry::{self, DryConfig};
+use crate::samplers::penalties::{self, PenaltiesConfig, PenaltyMode, Window};
+use crate::samplers::{
+    adaptive_p, dist, greedy, logit_bias, min_p, mirostat, mirostat_v2, temp, temp_ext, top_k,
+    top_n_sigma, top_p, typical, xtc,
+};
+use crate::vocab::Vocab;
 
 /// An ordered list of stages applied to one candidate array, ending in a terminal sampler.
 #[derive(Clone, Debug)]
@@ -15,7 +40,11 @@ pub struct Chain {
 impl Chain {
     /// A chain over `stages` (in order) for a vocabulary of `n_vocab` logits.
     pub fn from_stages(n_vocab: usize, stages: Vec<Box<dyn Sampler>>) -> Self {
-        Self { stages, n_vocab, cur: Candidates::new() }
+        Self {
+            stages,
+            n_vocab,
+            cur: Candidates::new(),
+        }
     }
 
     /// The vocabulary size this chain expects.
@@ -41,13 +70,19 @@ impl Chain {
 
     /// Per-stage shift behaviour, in chain order.
     pub fn shift_report(&self) -> Vec<(String, Shift)> {
-        self.stages.iter().map(|s| (s.name().to_string(), s.shift())).collect()
+        self.stages
+            .iter()
+            .map(|s| (s.name().to_string(), s.shift()))
+            .collect()
     }
 
     /// Check a logit row: right length, no NaN, no +inf, at least one finite value.
     pub fn validate_row(&self, logits: &[f32]) -> Result<()> {
         if logits.len() != self.n_vocab {
-            return Err(SamplingError::RowLength { expected: self.n_vocab, got: logits.len() });
+            return Err(SamplingError::RowLength {
+                expected: self.n_vocab,
+                got: logits.len(),
+            });
         }
         if logits.is_empty() {
             return Err(SamplingError::Empty("the vocabulary is empty".into()));
@@ -114,5 +149,475 @@ impl Chain {
         for st in self.stages.iter_mut() {
             st.reset();
         }
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Construction from parameters
+
+/// The sampler that ends a chain built from parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Terminal {
+    /// llama.cpp's `dist` (or `adaptive-p` when the `samplers` list asks for it).
+    #[default]
+    Dist,
+    /// `greedy`: the first maximal logit; disabled stages are left out of the chain.
+    Greedy,
+}
+
+/// mirostat v1's `m` (the number of tokens used to estimate `s_hat`), fixed by common.
+const MIROSTAT_M: i32 = 100;
+
+impl Chain {
+    /// Build llama.cpp's chain for `params` (validated first) over `n_vocab` logits.
+    ///
+    /// `vocab` resolves strings (logit-bias keys, DRY string breakers, penalty exemptions,
+    /// `ignore_eos`); it must have the same `n_vocab`.
+    pub fn from_params(
+        params: &SamplingParams,
+        n_vocab: usize,
+        vocab: Option<&dyn Vocab>,
+    ) -> Result<Chain> {
+        build_chain(params, Terminal::Dist, n_vocab, vocab)
+    }
+}
+
+fn needs_vocab(field: &str, value: &str) -> SamplingError {
+    SamplingError::NeedsVocab {
+        field: field.to_string(),
+        value: value.to_string(),
+    }
+}
+
+/// Every token of `text` (tokenized without special tokens), checked against `n_vocab`.
+fn tokens_of(
+    field: &str,
+    text: &str,
+    n_vocab: usize,
+    vocab: Option<&dyn Vocab>,
+) -> Result<Vec<TokenId>> {
+    let vocab = vocab.ok_or_else(|| needs_vocab(field, text))?;
+    let toks = vocab.tokenize(text);
+    check_ids(field, &toks, n_vocab)?;
+    Ok(toks)
+}
+
+fn check_ids(field: &str, ids: &[TokenId], n_vocab: usize) -> Result<()> {
+    match ids.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+        Some(&t) => Err(SamplingError::TokenOutOfRange {
+            field: field.to_string(),
+            token: t as i64,
+            n_vocab,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// User biases (string keys become every token of their tokenization), then `-inf` for every
+/// end-of-generation token when `ignore_eos` is set: llama-server's order.
+fn resolve_biases(
+    p: &SamplingParams,
+    n_vocab: usize,
+    vocab: Option<&dyn Vocab>,
+) -> Result<Vec<(TokenId, f32)>> {
+    let mut out = Vec::with_capacity(p.logit_bias.len());
+    for LogitBias { token, bias } in &p.logit_bias {
+        match token {
+            TokenRef::Id(id) => out.push((*id, *bias)),
+            TokenRef::Text(text) => out.extend(
+                tokens_of("logit_bias", text, n_vocab, vocab)?
+                    .into_iter()
+                    .map(|t| (t, *bias)),
+            ),
+        }
+    }
+    if p.ignore_eos {
+        let vocab = vocab.ok_or_else(|| needs_vocab("ignore_eos", "true"))?;
+        let eog = vocab.eog_tokens();
+        check_ids("ignore_eos", &eog, n_vocab)?;
+        out.extend(eog.into_iter().map(|t| (t, f32::NEG_INFINITY)));
+    }
+    Ok(out)
+}
+
+fn penalties_config(
+    p: &SamplingParams,
+    n_vocab: usize,
+    vocab: Option<&dyn Vocab>,
+) -> Result<PenaltiesConfig> {
+    let last_n = Window::from_i32(p.repeat_last_n);
+    let off = p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0;
+    let enabled = !last_n.is_disabled() && !off;
+    let mut exempt = Vec::new();
+    // A disabled stage never reads its exemptions, so strings there need no vocabulary.
+    if enabled {
+        for t in &p.penalty_exempt {
+            match t {
+                TokenRef::Id(id) => exempt.push(*id),
+                TokenRef::Text(text) => {
+                    exempt.extend(tokens_of("penalty_exempt", text, n_vocab, vocab)?)
+                }
+            }
+        }
+    }
+    Ok(PenaltiesConfig {
+        n_vocab,
+        last_n,
+        repeat: p.repeat_penalty,
+        freq: p.frequency_penalty,
+        present: p.presence_penalty,
+        mode: p.repeat_penalty_mode,
+        count_prompt: p.penalize_prompt,
+        once_per_token: p.penalty_once_per_token,
+        exempt,
+    })
+}
+
+fn dry_config(p: &SamplingParams, n_vocab: usize, vocab: Option<&dyn Vocab>) -> Result<DryConfig> {
+    let last_n = Window::from_i32(p.dry_penalty_last_n);
+    let enabled = p.dry_multiplier != 0.0 && p.dry_base >= 1.0 && !last_n.is_disabled();
+    let mut breakers = p.dry_sequence_breaker_ids.clone().unwrap_or_default();
+    // Token-id breakers replace llama.cpp's default strings; explicit strings are added to them.
+    let strings: Vec<String> = match (&p.dry_sequence_breakers, &p.dry_sequence_breaker_ids) {
+        (Some(s), _) => s.clone(),
+        (None, None) => DEFAULT_DRY_BREAKERS.iter().map(|s| s.to_string()).collect(),
+        (None, Some(_)) => Vec::new(),
+    };
+    if enabled && !strings.is_empty() {
+        let vocab =
+            vocab.ok_or_else(|| needs_vocab("dry_sequence_breakers", &format!("{strings:?}")))?;
+        let expanded = dry::expand_string_breakers(vocab, &strings);
+        for b in &expanded {
+            check_ids("dry_sequence_breakers", b, n_vocab)?;
+        }
+        breakers.extend(expanded);
+    }
+    Ok(DryConfig {
+        multiplier: p.dry_multiplier,
+        base: p.dry_base,
+        allowed_length: p.dry_allowed_length,
+        penalty_last_n: last_n,
+        breakers,
+    })
+}
+
+fn build_chain(
+    p: &SamplingParams,
+    terminal: Terminal,
+    n_vocab: usize,
+    vocab: Option<&dyn Vocab>,
+) -> Result<Chain> {
+    p.validate(n_vocab)?;
+    if let Some(v) = vocab {
+        if v.n_vocab() != n_vocab {
+            return Err(SamplingError::param(
+                "n_vocab",
+                n_vocab,
+                &format!(
+                    "the vocabulary's size ({}) when a vocabulary is given",
+                    v.n_vocab()
+                ),
+            ));
+        }
+    }
+    let mut stages: Vec<Box<dyn Sampler>> = Vec::with_capacity(p.samplers.len() + 2);
+    let biases = resolve_biases(p, n_vocab, vocab)?;
+    if !biases.is_empty() {
+        stages.push(logit_bias::build(n_vocab, biases));
+    }
+
+    if p.mirostat != 0 {
+        if terminal == Terminal::Greedy {
+            return Err(SamplingError::param(
+                "mirostat",
+                p.mirostat,
+                "0 in a greedy chain (mirostat is its own terminal)",
+            ));
+        }
+        // common: plain `temp` (not temp-ext), then mirostat; every other slot is dropped.
+        stages.push(temp::build(p.temperature));
+        stages.push(match p.mirostat {
+            1 => mirostat::build(n_vocab, p.seed, p.mirostat_tau, p.mirostat_eta, MIROSTAT_M),
+            _ => mirostat_v2::build(p.seed, p.mirostat_tau, p.mirostat_eta),
+        });
+        return Ok(Chain::from_stages(n_vocab, stages));
+    }
+
+    let min_keep = p.min_keep as usize; // validated >= 0
+    let mut adaptive = false;
+    for &slot in &p.samplers {
+        let stage = match slot {
+            SamplerType::Penalties => penalties::build(penalties_config(p, n_vocab, vocab)?),
+            SamplerType::Dry => dry::build(dry_config(p, n_vocab, vocab)?),
+            SamplerType::TopNSigma => top_n_sigma::build(p.top_n_sigma),
+            SamplerType::TopK => top_k::build(p.top_k),
+            SamplerType::TypicalP => typical::build(p.typical_p, min_keep),
+            SamplerType::TopP => top_p::build(p.top_p, min_keep),
+            SamplerType::MinP => min_p::build(p.min_p, min_keep),
+            SamplerType::Xtc => xtc::build(p.xtc_probability, p.xtc_threshold, min_keep, p.seed),
+            SamplerType::Temperature => {
+                temp_ext::build(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+            }
+            SamplerType::Infill => {
+                return Err(SamplingError::Unsupported(
+                    "the `infill` sampler (gauge has no infill stage)".into(),
+                ))
+            }
+            SamplerType::AdaptiveP => {
+                // llama.cpp only records the wish; adaptive-p replaces dist at the end.
+                adaptive = true;
+                continue;
+            }
+        };
+        if terminal == Terminal::Greedy && stage.name().starts_with('?') {
+            // Placeholders are stateless no-ops: leaving them out changes no number.
+            continue;
+        }
+        stages.push(stage);
+    }
+    match terminal {
+        Terminal::Greedy if adaptive => {
+            return Err(SamplingError::param(
+                "samplers",
+                "adaptive_p",
+                "no adaptive_p in a greedy chain (both are terminal)",
+            ))
+        }
+        Terminal::Greedy => stages.push(greedy::build()),
+        Terminal::Dist if adaptive => stages.push(adaptive_p::build(
+            p.adaptive_target,
+            p.adaptive_decay,
+            p.seed,
+        )),
+        Terminal::Dist => stages.push(dist::build(p.seed)),
+    }
+    Ok(Chain::from_stages(n_vocab, stages))
+}
+
+// -------------------------------------------------------------------------------------------------
+// Builder
+
+/// Build a chain from `with_*` calls. The calls set parameters only; the stage order is always
+/// llama.cpp's (or the one given by [`ChainBuilder::with_samplers`]), whatever order the calls come in.
+///
+/// ```
+/// use gauge_sampling::chain::ChainBuilder;
+/// let a = ChainBuilder::new(1000).with_top_k(20).with_penalties(64, 1.1, 0.0, 0.0).build().unwrap();
+/// let b = ChainBuilder::new(1000).with_penalties(64, 1.1, 0.0, 0.0).with_top_k(20).build().unwrap();
+/// assert_eq!(a.describe(), b.describe());
+/// assert!(a.describe().starts_with("logits -> penalties -> ?dry -> ?top-n-sigma -> top-k"));
+/// ```
+#[derive(Clone)]
+pub struct ChainBuilder<'v> {
+    params: SamplingParams,
+    terminal: Terminal,
+    n_vocab: usize,
+    vocab: Option<&'v dyn Vocab>,
+}
+
+impl std::fmt::Debug for ChainBuilder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainBuilder")
+            .field("params", &self.params)
+            .field("terminal", &self.terminal)
+            .field("n_vocab", &self.n_vocab)
+            .field("vocab", &self.vocab.map(|_| "<vocab>"))
+            .finish()
+    }
+}
+
+impl<'v> ChainBuilder<'v> {
+    /// llama.cpp's default chain for `n_vocab` logits.
+    pub fn new(n_vocab: usize) -> Self {
+        Self::from_params(SamplingParams::default(), n_vocab)
+    }
+
+    /// Start from a full parameter set (a request, a preset).
+    pub fn from_params(params: SamplingParams, n_vocab: usize) -> Self {
+        Self {
+            params,
+            terminal: Terminal::Dist,
+            n_vocab,
+            vocab: None,
+        }
+    }
+
+    /// A greedy chain: every stage off and `greedy` at the end, so it builds `logits -> greedy`
+    /// until a `with_*` call turns a stage on (it then runs in llama.cpp's slot before `greedy`).
+    pub fn greedy(n_vocab: usize) -> Self {
+        let params = SamplingParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 1.0,
+            ..SamplingParams::default()
+        };
+        Self {
+            params,
+            terminal: Terminal::Greedy,
+            n_vocab,
+            vocab: None,
+        }
+    }
+
+    /// Resolve strings (logit-bias keys, DRY breakers, exemptions, `ignore_eos`) through `vocab`.
+    pub fn with_vocab(mut self, vocab: &'v dyn Vocab) -> Self {
+        self.vocab = Some(vocab);
+        self
+    }
+
+    /// The parameters as set so far.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The slot order (llama.cpp's default unless changed).
+    pub fn with_samplers(mut self, order: Vec<SamplerType>) -> Self {
+        self.params.samplers = order;
+        self
+    }
+
+    pub fn with_seed(mut self, seed: u32) -> Self {
+        self.params.seed = seed;
+        self
+    }
+
+    /// Temperature (`0` = argmax, `1` = off).
+    pub fn with_temperature(mut self, t: f32) -> Self {
+        self.params.temperature = t;
+        self
+    }
+
+    /// Entropy-dependent temperature in `[t - range, t + range]`.
+    pub fn with_dynatemp(mut self, range: f32, exponent: f32) -> Self {
+        self.params.dynatemp_range = range;
+        self.params.dynatemp_exponent = exponent;
+        self
+    }
+
+    pub fn with_top_k(mut self, k: i32) -> Self {
+        self.params.top_k = k;
+        self
+    }
+
+    pub fn with_top_p(mut self, p: f32) -> Self {
+        self.params.top_p = p;
+        self
+    }
+
+    pub fn with_min_p(mut self, p: f32) -> Self {
+        self.params.min_p = p;
+        self
+    }
+
+    pub fn with_typical_p(mut self, p: f32) -> Self {
+        self.params.typical_p = p;
+        self
+    }
+
+    pub fn with_top_n_sigma(mut self, n: f32) -> Self {
+        self.params.top_n_sigma = n;
+        self
+    }
+
+    pub fn with_xtc(mut self, probability: f32, threshold: f32) -> Self {
+        self.params.xtc_probability = probability;
+        self.params.xtc_threshold = threshold;
+        self
+    }
+
+    pub fn with_min_keep(mut self, n: i32) -> Self {
+        self.params.min_keep = n;
+        self
+    }
+
+    /// Repeat, frequency and presence penalties over the last `last_n` tokens (`-1` = all).
+    pub fn with_penalties(mut self, last_n: i32, repeat: f32, freq: f32, present: f32) -> Self {
+        self.params.repeat_last_n = last_n;
+        self.params.repeat_penalty = repeat;
+        self.params.frequency_penalty = freq;
+        self.params.presence_penalty = present;
+        self
+    }
+
+    pub fn with_penalty_mode(mut self, mode: PenaltyMode) -> Self {
+        self.params.repeat_penalty_mode = mode;
+        self
+    }
+
+    /// Whether prompt tokens count as seen by the penalties (llama.cpp: yes).
+    pub fn with_penalize_prompt(mut self, yes: bool) -> Self {
+        self.params.penalize_prompt = yes;
+        self
+    }
+
+    pub fn with_penalty_once_per_token(mut self, yes: bool) -> Self {
+        self.params.penalty_once_per_token = yes;
+        self
+    }
+
+    /// Token ids the penalties never touch.
+    pub fn with_penalty_exempt(mut self, ids: impl IntoIterator<Item = TokenId>) -> Self {
+        self.params.penalty_exempt = ids.into_iter().map(TokenRef::Id).collect();
+        self
+    }
+
+    /// DRY: `multiplier * base^(len - allowed_length)` over a window of `last_n` tokens (`-1` = all).
+    pub fn with_dry(
+        mut self,
+        multiplier: f32,
+        base: f32,
+        allowed_length: i32,
+        last_n: i32,
+    ) -> Self {
+        self.params.dry_multiplier = multiplier;
+        self.params.dry_base = base;
+        self.params.dry_allowed_length = allowed_length;
+        self.params.dry_penalty_last_n = last_n;
+        self
+    }
+
+    /// DRY breakers as token ids `[head, tail...]` (replaces the default string breakers).
+    pub fn with_dry_breaker_ids(mut self, breakers: Vec<Vec<TokenId>>) -> Self {
+        self.params.dry_sequence_breaker_ids = Some(breakers);
+        self
+    }
+
+    /// DRY breakers as strings (needs a vocabulary when DRY is on).
+    pub fn with_dry_breakers(mut self, breakers: Vec<String>) -> Self {
+        self.params.dry_sequence_breakers = Some(breakers);
+        self
+    }
+
+    /// Mirostat `version` 1 or 2 (0 = off); replaces every slot but logit-bias.
+    pub fn with_mirostat(mut self, version: i32, tau: f32, eta: f32) -> Self {
+        self.params.mirostat = version;
+        self.params.mirostat_tau = tau;
+        self.params.mirostat_eta = eta;
+        self
+    }
+
+    /// End with `adaptive-p(target, decay)` instead of `dist`.
+    pub fn with_adaptive_p(mut self, target: f32, decay: f32) -> Self {
+        self.params.adaptive_target = target;
+        self.params.adaptive_decay = decay;
+        if !self.params.samplers.contains(&SamplerType::AdaptiveP) {
+            self.params.samplers.push(SamplerType::AdaptiveP);
+        }
+        self
+    }
+
+    /// Add `bias` to one token's logit (`f32::NEG_INFINITY` bans it). Entries accumulate.
+    pub fn with_logit_bias(mut self, token: TokenId, bias: f32) -> Self {
+        self.params.logit_bias.push(LogitBias {
+            token: TokenRef::Id(token),
+            bias,
+        });
+        self
+    }
+
+    /// Validate and build.
+    pub fn build(&self) -> Result<Chain> {
+        build_chain(&self.params, self.terminal, self.n_vocab, self.vocab)
     }
 }
