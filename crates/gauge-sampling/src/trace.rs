@@ -1,1 +1,414 @@
-//! trace (STUB)
+//! Offline replay: run recorded logit rows through a chain, without a model.
+//!
+//! A trace is a JSON file:
+//!
+//! ```json
+//! {"n_vocab": 4, "params": {"seed": 42, "top_k": 2}, "history": [1, 2],
+//!  "logits": [[0.1, 2.0, -1.0, "-inf"], [0.0, 0.5, 0.25, 3.0]]}
+//! ```
+//!
+//! * `params`: a sampling request ([`SamplingParams`], llama-server names; default: llama.cpp's
+//!   defaults). There is no vocabulary in a trace, so strings that need one (DRY's default string
+//!   breakers when DRY is on, string logit-bias keys) are errors: give token ids
+//!   (`dry_sequence_breaker_ids`).
+//! * `history`: token ids accepted as prompt tokens before the first row (default: none).
+//! * `logits`: the rows inline (numbers, or the strings `"-inf"`, `"inf"`, `"nan"`, which JSON cannot
+//!   spell), or the name of a `.npy` file, relative to the trace file, holding a little-endian
+//!   float32 array of shape `(rows, n_vocab)` (format versions 1.0, 2.0 and 3.0; C or Fortran order).
+//!
+//! [`replay`] builds the chain, accepts the history, then for every row samples one token and
+//! accepts it, exactly as `llama_sampler_sample` does, and returns the tokens. Every problem with the
+//! file is a typed [`TraceError`] that says which part is wrong; the whole trace is checked before
+//! the first row is sampled.
+//!
+//! The `.npy` reader is a few dozen lines rather than a dependency: gauge only needs one dtype.
+
+use crate::candidates::TokenId;
+use crate::chain::Chain;
+use crate::error::SamplingError;
+use crate::params::SamplingParams;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// What can go wrong loading or replaying a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The trace or its `.npy` file cannot be read.
+    #[error("cannot read {path}: {message}")]
+    Io { path: PathBuf, message: String },
+    /// The trace is not valid JSON, or a field has the wrong shape.
+    #[error("malformed trace: {0}")]
+    Json(String),
+    /// The `.npy` file is not a little-endian float32 array of shape `(rows, n_vocab)`.
+    #[error("bad .npy file {path}: {message}")]
+    Npy { path: PathBuf, message: String },
+    /// A logit row does not have `n_vocab` values.
+    #[error("logit row {row} has {got} values but n_vocab is {expected}")]
+    RowWidth {
+        row: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// Parameters, history ids or a logit value rejected by the chain.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+}
+
+/// Where a trace's logit rows are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Logits {
+    /// Rows written in the trace itself.
+    Inline(Vec<Vec<f32>>),
+    /// A `.npy` file, relative to the trace file.
+    File(PathBuf),
+}
+
+/// A parsed trace file (the rows are loaded separately, see [`Trace::load`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    pub n_vocab: usize,
+    pub params: SamplingParams,
+    pub history: Vec<TokenId>,
+    pub logits: Logits,
+}
+
+/// Logit rows stored contiguously, `n_vocab` values each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogitRows {
+    n_vocab: usize,
+    data: Vec<f32>,
+}
+
+impl LogitRows {
+    /// `data.len()` must be a multiple of `n_vocab` (checked by the callers in this module).
+    fn new(n_vocab: usize, data: Vec<f32>) -> Self {
+        Self { n_vocab, data }
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.data.len().checked_div(self.n_vocab).unwrap_or(0)
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[f32]> {
+        self.data.chunks_exact(self.n_vocab.max(1))
+    }
+}
+
+fn json_err(msg: impl Into<String>) -> TraceError {
+    TraceError::Json(msg.into())
+}
+
+fn f32_of(v: &Value) -> Option<f32> {
+    match v {
+        Value::Number(n) => n.as_f64().map(|x| x as f32),
+        Value::String(s) => match s.as_str() {
+            "-inf" => Some(f32::NEG_INFINITY),
+            "inf" | "+inf" => Some(f32::INFINITY),
+            "nan" => Some(f32::NAN),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl Trace {
+    /// Parse trace JSON text (the `.npy` file, if any, is not read here).
+    pub fn from_json(text: &str) -> Result<Trace, TraceError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| json_err(e.to_string()))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| json_err("expected a JSON object"))?;
+        let n_vocab = obj
+            .get("n_vocab")
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0 && n <= i32::MAX as u64)
+            .ok_or_else(|| json_err("`n_vocab` must be a positive integer"))?
+            as usize;
+        let params = match obj.get("params") {
+            None | Some(Value::Null) => SamplingParams::default(),
+            Some(p) => SamplingParams::from_value(p)?,
+        };
+        let history = match obj.get("history") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|t| {
+                    let id = t
+                        .as_i64()
+                        .ok_or_else(|| json_err(format!("`history` holds {t}, not a token id")))?;
+                    if id < 0 || id >= n_vocab as i64 {
+                        return Err(SamplingError::TokenOutOfRange {
+                            field: "history".into(),
+                            token: id,
+                            n_vocab,
+                        }
+                        .into());
+                    }
+                    Ok(id as TokenId)
+                })
+                .collect::<Result<_, TraceError>>()?,
+            Some(_) => return Err(json_err("`history` must be an array of token ids")),
+        };
+        let logits = match obj.get("logits") {
+            Some(Value::String(file)) => Logits::File(PathBuf::from(file)),
+            Some(Value::Array(rows)) => {
+                let mut out = Vec::with_capacity(rows.len());
+                for (r, row) in rows.iter().enumerate() {
+                    let row = row
+                        .as_array()
+                        .ok_or_else(|| json_err(format!("logit row {r} is not an array")))?;
+                    if row.len() != n_vocab {
+                        return Err(TraceError::RowWidth {
+                            row: r,
+                            expected: n_vocab,
+                            got: row.len(),
+                        });
+                    }
+                    let vals = row
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| {
+                            f32_of(x).ok_or_else(|| {
+                                json_err(format!("logit row {r}, token {i}: {x} is not a number"))
+                            })
+                        })
+                        .collect::<Result<Vec<f32>, _>>()?;
+                    out.push(vals);
+                }
+                Logits::Inline(out)
+            }
+            _ => {
+                return Err(json_err(
+                    "`logits` must be an array of rows or the name of a .npy file",
+                ))
+            }
+        };
+        Ok(Trace {
+            n_vocab,
+            params,
+            history,
+            logits,
+        })
+    }
+
+    /// Read a trace file and its rows (a `.npy` name is resolved relative to the trace's folder).
+    pub fn load(path: impl AsRef<Path>) -> Result<(Trace, LogitRows), TraceError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let trace = Trace::from_json(&text)?;
+        let base = path.parent().unwrap_or_else(|| Path::new("."));
+        let rows = trace.rows(base)?;
+        Ok((trace, rows))
+    }
+
+    /// The logit rows, reading the `.npy` file relative to `base` if the trace names one.
+    pub fn rows(&self, base: &Path) -> Result<LogitRows, TraceError> {
+        match &self.logits {
+            Logits::Inline(rows) => Ok(LogitRows::new(self.n_vocab, rows.concat())),
+            Logits::File(name) => {
+                let path = base.join(name);
+                let bytes = std::fs::read(&path).map_err(|e| TraceError::Io {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                let npy_err = |message: String| TraceError::Npy {
+                    path: path.clone(),
+                    message,
+                };
+                let (shape, data) = parse_npy_f32(&bytes).map_err(npy_err)?;
+                match shape.as_slice() {
+                    [_, cols] if *cols == self.n_vocab => Ok(LogitRows::new(self.n_vocab, data)),
+                    [_, cols] => Err(npy_err(format!(
+                        "rows have {cols} values but n_vocab is {}",
+                        self.n_vocab
+                    ))),
+                    _ => Err(npy_err(format!(
+                        "shape {shape:?}: expected (rows, n_vocab = {})",
+                        self.n_vocab
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Build the chain, accept the history as prompt tokens, then sample and accept one token per row.
+    pub fn replay_rows(&self, rows: &LogitRows) -> Result<Vec<TokenId>, TraceError> {
+        if rows.n_vocab() != self.n_vocab {
+            return Err(TraceError::RowWidth {
+                row: 0,
+                expected: self.n_vocab,
+                got: rows.n_vocab(),
+            });
+        }
+        let mut chain = Chain::from_params(&self.params, self.n_vocab, None)?;
+        for &t in &self.history {
+            chain.accept_prompt(t);
+        }
+        let mut out = Vec::with_capacity(rows.n_rows());
+        for row in rows.iter() {
+            out.push(chain.sample(row)?);
+        }
+        Ok(out)
+    }
+
+    /// The trace as JSON (inline rows use `"-inf"`-style strings for non-finite values).
+    pub fn to_value(&self) -> Value {
+        let num = |x: f32| -> Value {
+            if x.is_finite() {
+                serde_json::json!(x)
+            } else if x.is_nan() {
+                Value::String("nan".into())
+            } else if x > 0.0 {
+                Value::String("inf".into())
+            } else {
+                Value::String("-inf".into())
+            }
+        };
+        let logits = match &self.logits {
+            Logits::Inline(rows) => Value::Array(
+                rows.iter()
+                    .map(|r| Value::Array(r.iter().map(|&x| num(x)).collect()))
+                    .collect(),
+            ),
+            Logits::File(p) => Value::String(p.to_string_lossy().into_owned()),
+        };
+        let mut m = Map::new();
+        m.insert("n_vocab".into(), self.n_vocab.into());
+        m.insert("params".into(), self.params.to_value());
+        m.insert("history".into(), self.history.clone().into());
+        m.insert("logits".into(), logits);
+        Value::Object(m)
+    }
+}
+
+/// Replay the trace file at `path`: the tokens the chain picks, one per logit row.
+pub fn replay(path: impl AsRef<Path>) -> Result<Vec<TokenId>, TraceError> {
+    let (trace, rows) = Trace::load(path)?;
+    trace.replay_rows(&rows)
+}
+
+// -------------------------------------------------------------------------------------------------
+// .npy
+
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+
+/// The value of `'key': value` in a numpy header dict, as raw text up to the next top-level comma.
+fn header_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let at = [format!("'{key}'"), format!("\"{key}\"")]
+        .iter()
+        .find_map(|k| header.find(k.as_str()).map(|i| i + k.len()))?;
+    let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
+    if rest.starts_with('(') {
+        return rest.find(')').map(|end| &rest[..=end]);
+    }
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+/// Parse a `.npy` file holding little-endian float32 values. Returns the shape and the values in
+/// C (row-major) order; a Fortran-order 2-D array is transposed.
+pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
+    if bytes.len() < 10 || &bytes[..6] != NPY_MAGIC {
+        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+    }
+    let (major, minor) = (bytes[6], bytes[7]);
+    let (header_len, start) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        _ => return Err(format!("unsupported .npy format version {major}.{minor}")),
+    };
+    let header = bytes
+        .get(start..start + header_len)
+        .ok_or("truncated header")?;
+    let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
+
+    let descr = header_value(header, "descr").ok_or("header has no 'descr'")?;
+    let descr = descr.trim_matches(|c| c == '\'' || c == '"');
+    if descr != "<f4" {
+        return Err(format!(
+            "dtype {descr:?}: expected '<f4' (little-endian float32)"
+        ));
+    }
+    let fortran = match header_value(header, "fortran_order") {
+        Some("False") => false,
+        Some("True") => true,
+        _ => return Err("header has no 'fortran_order' True/False".into()),
+    };
+    let shape_text = header_value(header, "shape").ok_or("header has no 'shape'")?;
+    let shape = shape_text
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<usize>())
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| format!("bad shape {shape_text}"))?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or("shape overflows")?;
+
+    let body = &bytes[start + header_len..];
+    let want = count.checked_mul(4).ok_or("shape overflows")?;
+    if body.len() != want {
+        return Err(format!(
+            "shape {shape:?} needs {want} data bytes but the file has {}",
+            body.len()
+        ));
+    }
+    let mut data: Vec<f32> = body
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if fortran && shape.len() == 2 && shape[0] > 1 && shape[1] > 1 {
+        let (r, c) = (shape[0], shape[1]);
+        let mut t = vec![0.0f32; data.len()];
+        for i in 0..r {
+            for j in 0..c {
+                t[i * c + j] = data[j * r + i];
+            }
+        }
+        data = t;
+    } else if fortran && shape.len() > 2 {
+        return Err("Fortran-order arrays of more than 2 dimensions are not supported".into());
+    }
+    Ok((shape, data))
+}
+
+/// Write `rows` (each `n_vocab` wide) as a version 1.0 `.npy` file of little-endian float32.
+pub fn write_npy_f32(
+    out: &mut impl std::io::Write,
+    n_vocab: usize,
+    rows: &[f32],
+) -> std::io::Result<()> {
+    let n_rows = rows.len().checked_div(n_vocab).unwrap_or(0);
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({n_rows}, {n_vocab}), }}");
+    // Magic (6) + version (2) + length (2) + header + '\n' is padded to a multiple of 64.
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - total % 64) % 64));
+    header.push('\n');
+    out.write_all(NPY_MAGIC)?;
+    out.write_all(&[1, 0])?;
+    out.write_all(&(header.len() as u16).to_le_bytes())?;
+    out.write_all(header.as_bytes())?;
+    for &x in &rows[..n_rows * n_vocab] {
+        out.write_all(&x.to_le_bytes())?;
+    }
+    Ok(())
+}
