@@ -23,7 +23,9 @@ impl Mt19937 {
         state[0] = seed;
         for i in 1..624 {
             let prev = state[i - 1];
-            state[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+            state[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
         }
         Self { state, index: 624 }
     }
@@ -124,7 +126,11 @@ impl Mt19937 {
 /// The general form of `discrete`: libstdc++'s `std::lower_bound` over the partial sums, probe for
 /// probe, so that non-monotone tables (NaN or infinite weights) give the index GCC's build gives.
 #[cold]
-fn discrete_lower_bound_exact(weights: impl ExactSizeIterator<Item = f32>, sum: f64, u: f64) -> usize {
+fn discrete_lower_bound_exact(
+    weights: impl ExactSizeIterator<Item = f32>,
+    sum: f64,
+    u: f64,
+) -> usize {
     let mut cp: Vec<f64> = Vec::with_capacity(weights.len());
     let mut acc = 0.0f64;
     for (i, w) in weights.enumerate() {
@@ -159,6 +165,11 @@ pub fn resolve_seed(seed: u32) -> u32 {
     }
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.finish() as u32
 }

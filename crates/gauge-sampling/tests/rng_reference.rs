@@ -23,19 +23,31 @@ fn reference() -> Value {
 
 /// The decimal strings of the flat numeric array stored under `key`, taken from the raw file text.
 fn raw_numbers(key: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(common::data_path("rng_reference.json")).expect("read rng_reference.json");
-    let at = text.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("key {key} missing"));
+    let text = std::fs::read_to_string(common::data_path("rng_reference.json"))
+        .expect("read rng_reference.json");
+    let at = text
+        .find(&format!("\"{key}\""))
+        .unwrap_or_else(|| panic!("key {key} missing"));
     let open = at + text[at..].find('[').expect("array start");
     let close = open + text[open..].find(']').expect("array end");
-    text[open + 1..close].split(',').map(|x| x.trim().to_string()).collect()
+    text[open + 1..close]
+        .split(',')
+        .map(|x| x.trim().to_string())
+        .collect()
 }
 
 fn f64s(key: &str) -> Vec<f64> {
-    raw_numbers(key).iter().map(|x| x.parse::<f64>().expect("f64")).collect()
+    raw_numbers(key)
+        .iter()
+        .map(|x| x.parse::<f64>().expect("f64"))
+        .collect()
 }
 
 fn f32s(key: &str) -> Vec<f32> {
-    raw_numbers(key).iter().map(|x| x.parse::<f32>().expect("f32")).collect()
+    raw_numbers(key)
+        .iter()
+        .map(|x| x.parse::<f32>().expect("f32"))
+        .collect()
 }
 
 #[test]
@@ -48,8 +60,12 @@ fn reference_file_is_from_libstdcxx() {
 #[test]
 fn mt19937_seed42_first8_outputs_match() {
     let r = reference();
-    let want: Vec<u32> =
-        r["mt19937_seed42_first8_u32"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let want: Vec<u32> = r["mt19937_seed42_first8_u32"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
     assert_eq!(want.len(), 8);
     let mut rng = Mt19937::new(SEED);
     let got: Vec<u32> = (0..want.len()).map(|_| rng.next_u32()).collect();
@@ -63,7 +79,11 @@ fn uniform_real_double_seed42_is_bit_exact_and_takes_two_draws() {
     let mut rng = Mt19937::new(SEED);
     for (i, &w) in want.iter().enumerate() {
         let got = rng.uniform_f64();
-        assert_eq!(got.to_bits(), w.to_bits(), "double draw {i}: got {got:.17} want {w:.17}");
+        assert_eq!(
+            got.to_bits(),
+            w.to_bits(),
+            "double draw {i}: got {got:.17} want {w:.17}"
+        );
     }
     // Four doubles consumed eight 32-bit outputs: the next output is the ninth of a fresh stream.
     let mut fresh = Mt19937::new(SEED);
@@ -77,10 +97,16 @@ fn uniform_real_double_seed42_is_bit_exact_and_takes_two_draws() {
 fn uniform_real_double_low_word_comes_first() {
     // generate_canonical<double, 53> weights the first output by 1 and the second by 2^32.
     let r = reference();
-    let u: Vec<u64> = r["mt19937_seed42_first8_u32"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let u: Vec<u64> = r["mt19937_seed42_first8_u32"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     let want = f64s("uniform_real_double_seed42_first4");
     for i in 0..4 {
-        let composed = (u[2 * i] as f64 + u[2 * i + 1] as f64 * 4_294_967_296.0) / 18_446_744_073_709_551_616.0;
+        let composed = (u[2 * i] as f64 + u[2 * i + 1] as f64 * 4_294_967_296.0)
+            / 18_446_744_073_709_551_616.0;
         assert_eq!(composed.to_bits(), want[i].to_bits(), "double {i}");
     }
 }
@@ -92,7 +118,11 @@ fn uniform_real_float_seed42_is_bit_exact_and_takes_one_draw() {
     let mut rng = Mt19937::new(SEED);
     for (i, &w) in want.iter().enumerate() {
         let got = rng.uniform_f32();
-        assert_eq!(got.to_bits(), w.to_bits(), "float draw {i}: got {got:.9} want {w:.9}");
+        assert_eq!(
+            got.to_bits(),
+            w.to_bits(),
+            "float draw {i}: got {got:.9} want {w:.9}"
+        );
     }
     let mut fresh = Mt19937::new(SEED);
     for _ in 0..4 {
@@ -105,14 +135,21 @@ fn uniform_real_float_seed42_is_bit_exact_and_takes_one_draw() {
 fn discrete_distribution_seed42_matches() {
     let r = reference();
     let key = "discrete_distribution_0.1_0.2_0.3_0.4_seed42_first8";
-    let want: Vec<usize> = r[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+    let want: Vec<usize> = r[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
     assert_eq!(want.len(), 8);
     // The weights are named in the key. gauge's `discrete` takes f32 weights (llama.cpp passes the
     // float `p` fields); 0.1f..0.4f differ from the decimals by < 1e-8 relative, far less than the
     // distance of any of these draws from a bin edge (checked for the first four in the next test).
     let weights = [0.1f32, 0.2, 0.3, 0.4];
     let mut rng = Mt19937::new(SEED);
-    let got: Vec<usize> = (0..want.len()).map(|_| rng.discrete(weights.iter().copied())).collect();
+    let got: Vec<usize> = (0..want.len())
+        .map(|_| rng.discrete(weights.iter().copied()))
+        .collect();
     assert_eq!(got, want);
 }
 
@@ -121,9 +158,14 @@ fn discrete_distribution_draws_are_the_uniform_doubles() {
     // Each discrete draw consumes exactly one uniform double: index = first i with cumsum >= u.
     let us = f64s("uniform_real_double_seed42_first4");
     let cp = [0.1, 0.1 + 0.2, 0.1 + 0.2 + 0.3, 1.0];
-    let want: Vec<usize> = us.iter().map(|&u| cp.iter().position(|&c| c >= u).unwrap()).collect();
+    let want: Vec<usize> = us
+        .iter()
+        .map(|&u| cp.iter().position(|&c| c >= u).unwrap())
+        .collect();
     let mut rng = Mt19937::new(SEED);
-    let got: Vec<usize> = (0..4).map(|_| rng.discrete([0.1f32, 0.2, 0.3, 0.4].into_iter())).collect();
+    let got: Vec<usize> = (0..4)
+        .map(|_| rng.discrete([0.1f32, 0.2, 0.3, 0.4].into_iter()))
+        .collect();
     assert_eq!(got, want);
 }
 
@@ -134,7 +176,11 @@ fn discrete_with_fewer_than_two_weights_returns_zero_without_drawing() {
     assert_eq!(rng.discrete(std::iter::empty::<f32>()), 0);
     let r = reference();
     let first = r["mt19937_seed42_first8_u32"][0].as_u64().unwrap() as u32;
-    assert_eq!(rng.next_u32(), first, "a 0- or 1-weight discrete draw must not advance the stream");
+    assert_eq!(
+        rng.next_u32(),
+        first,
+        "a 0- or 1-weight discrete draw must not advance the stream"
+    );
 }
 
 #[test]

@@ -33,7 +33,13 @@ impl Xtc {
     /// The stage with its generator seeded from `resolve_seed(seed)`. Unlike [`build`] this never
     /// returns a placeholder; `apply` still does nothing for disabling parameters, as llama.cpp's does.
     pub fn new(probability: f32, threshold: f32, min_keep: usize, seed: u32) -> Self {
-        Xtc { probability, threshold, min_keep, seed, rng: Mt19937::new(resolve_seed(seed)) }
+        Xtc {
+            probability,
+            threshold,
+            min_keep,
+            seed,
+            rng: Mt19937::new(resolve_seed(seed)),
+        }
     }
 }
 
