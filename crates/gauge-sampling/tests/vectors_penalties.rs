@@ -469,7 +469,7 @@ fn breaker_strings_are_cut_at_40_bytes_and_tails_at_20_tokens() {
         got,
         vec![[2]
             .into_iter()
-            .chain(std::iter::repeat(1).take(20))
+            .chain(std::iter::repeat_n(1, 20))
             .collect::<Vec<TokenId>>()]
     );
 }

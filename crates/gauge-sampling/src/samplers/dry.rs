@@ -41,8 +41,10 @@ use crate::samplers::penalties::{for_each_keyed, IdMap, Window};
 use crate::samplers::placeholder::Placeholder;
 use crate::vocab::Vocab;
 
-/// llama.cpp's `FLOAT_MAX_LOG`, an approximation of `ln(f32::MAX)`.
-const FLOAT_MAX_LOG: f32 = 88.722_839;
+/// llama.cpp's `FLOAT_MAX_LOG = 88.7228391f`, an approximation of `ln(f32::MAX)`, spelled as in
+/// the source (it rounds to the same f32 as a shorter literal).
+#[allow(clippy::excessive_precision)]
+const FLOAT_MAX_LOG: f32 = 88.722_839_1;
 /// A string breaker longer than this many bytes is truncated (llama.cpp `MAX_CHAR_LEN`).
 pub const MAX_BREAKER_BYTES: usize = 40;
 /// A breaker tail is truncated to this many tokens (llama.cpp `MAX_SEQ_LEN`).
