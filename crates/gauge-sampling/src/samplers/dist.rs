@@ -38,7 +38,7 @@ impl Dist {
     }
 
     /// The seed actually in use (llama.cpp `llama_sampler_get_seed`).
-    pub fn seed(&self) -> u32 {
+    pub fn current_seed(&self) -> u32 {
         self.seed_cur
     }
 }
