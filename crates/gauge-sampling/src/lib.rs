@@ -2,7 +2,59 @@
 //!
 //! A llama.cpp-exact sampler chain with repetition controls that mean the same thing on every model.
 //!
-//! (crate docs: see README; filled in when the API settles)
+//! Every sampler of llama.cpp's chain is here with llama.cpp's parameters, defaults, order, names and
+//! chain print, reproducing its numbers (libstdc++'s `mt19937`, distributions and sort tie order
+//! included). On top, the repeat penalty has a `normalized` mode (the penalty on log-softmax), which
+//! does not depend on where a model's logits happen to sit relative to zero.
+//!
+//! ## Key types
+//!
+//! * [`params::SamplingParams`]: one request's settings, with llama-server's field names, aliases
+//!   and defaults, the OpenAI names, and gauge's own fields; `validate` checks every range.
+//! * [`Chain`]: the stages in llama.cpp's order. [`Chain::from_params`] builds exactly what
+//!   llama.cpp's `common_sampler_init` builds; [`Chain::describe`] prints it the same way.
+//! * [`chain::ChainBuilder`]: the same chain from `with_*` calls (call order never matters), and
+//!   [`chain::ChainBuilder::greedy`].
+//! * [`presets::Preset`]: task presets (`json`, `code`, `chat`, `creative`, `llama-cpp-default`).
+//! * [`order::SamplerType`]: `--samplers` names and `--sampler-seq` letters.
+//! * [`Vocab`]: what the chain needs from a tokenizer (string biases, DRY breakers); optional.
+//! * [`trace`]: replay recorded logit rows (inline or `.npy`) through a chain, offline.
+//! * [`SamplingError`]: every failure is typed; bad input never panics.
+//!
+//! ## The loop
+//!
+//! 1. Build a chain from a request: `Chain::from_params(&params, n_vocab, vocab)`.
+//! 2. Feed the prompt: `chain.accept_prompt(token)` for each prompt token (penalties and DRY see the
+//!    prompt, as in llama.cpp's server and CLI).
+//! 3. For every step: `chain.sample(&logits)` fills the candidates, runs every stage, picks a token
+//!    and accepts it (llama.cpp's `llama_sampler_sample`). Use `sample_no_accept` + `accept` when
+//!    the caller decides later.
+//!
+//! The candidate array is reused from step to step, so the chain itself allocates nothing per step.
+//!
+//! ```
+//! use gauge_sampling::params::SamplingParams;
+//! use gauge_sampling::Chain;
+//!
+//! let params = SamplingParams::from_json(
+//!     r#"{"seed": 42, "top_k": 3, "temperature": 0.7, "repeat_penalty": 1.2,
+//!         "repeat_penalty_mode": "normalized"}"#,
+//! )?;
+//! let n_vocab = 6;
+//! let mut chain = Chain::from_params(&params, n_vocab, None)?;
+//! assert_eq!(
+//!     chain.describe(),
+//!     "logits -> penalties -> ?dry -> ?top-n-sigma -> top-k -> ?typical -> top-p -> min-p -> ?xtc -> temp-ext -> dist "
+//! );
+//!
+//! for t in [4, 1] {
+//!     chain.accept_prompt(t);
+//! }
+//! let logits = [0.5, 2.0, 1.5, -1.0, 1.9, 0.0];
+//! let token = chain.sample(&logits)?; // sampled and accepted
+//! assert!([1, 2, 4].contains(&token)); // top-k 3 keeps tokens 1, 4 and 2
+//! # Ok::<(), gauge_sampling::SamplingError>(())
+//! ```
 
 #![warn(missing_debug_implementations)]
 
@@ -25,7 +77,10 @@ pub mod trace;
 pub mod vocab;
 
 pub use candidates::{Candidates, TokenData, TokenId};
-pub use chain::Chain;
+pub use chain::{Chain, ChainBuilder};
 pub use error::{Result, SamplingError};
+pub use order::SamplerType;
+pub use params::SamplingParams;
+pub use presets::Preset;
 pub use sampler::{Sampler, Shift};
 pub use vocab::Vocab;
