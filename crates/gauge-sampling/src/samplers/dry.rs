@@ -36,6 +36,7 @@
 use std::collections::VecDeque;
 
 use crate::candidates::{Candidates, TokenId};
+use crate::overlay::Overlay;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::penalties::{for_each_keyed, IdMap, Window};
 use crate::samplers::placeholder::Placeholder;
@@ -85,40 +86,47 @@ pub fn build(cfg: DryConfig) -> Box<dyn Sampler> {
     if cfg.multiplier == 0.0 || cfg.base < 1.0 || cfg.penalty_last_n.is_disabled() {
         return Placeholder::boxed("?dry");
     }
-    let max_exponent = if cfg.base > 1.000_001 {
-        // f32 division as in llama.cpp, then truncation toward zero (`as` saturates).
-        (FLOAT_MAX_LOG / cfg.base.ln()) as i32
-    } else {
-        0
-    };
-    let mut breakers: IdMap<Vec<Vec<TokenId>>> = IdMap::default();
-    let mut single: IdMap<()> = IdMap::default();
-    for b in &cfg.breakers {
-        // llama.cpp skips empty breakers with a warning.
-        let Some((&head, tail)) = b.split_first() else {
-            continue;
-        };
-        let tails = breakers.entry(head).or_default();
-        if !tails.iter().any(|t| t == tail) {
-            tails.push(tail.to_vec());
-        }
-        if tail.is_empty() {
-            single.insert(head, ());
-        }
-    }
-    Box::new(Dry {
-        cfg,
-        max_exponent,
-        breakers,
-        single,
-        history: VecDeque::new(),
-        rev: Vec::new(),
-        z: Vec::new(),
-        max_repeat: IdMap::default(),
-    })
+    Box::new(Dry::new(cfg))
 }
 
 impl Dry {
+    /// The active stage, even for a configuration llama.cpp would turn into a placeholder (use
+    /// [`build`] for llama.cpp's behaviour). For callers that need the concrete type, e.g. for
+    /// [`Dry::apply_overlay`].
+    pub fn new(cfg: DryConfig) -> Self {
+        let max_exponent = if cfg.base > 1.000_001 {
+            // f32 division as in llama.cpp, then truncation toward zero (`as` saturates).
+            (FLOAT_MAX_LOG / cfg.base.ln()) as i32
+        } else {
+            0
+        };
+        let mut breakers: IdMap<Vec<Vec<TokenId>>> = IdMap::default();
+        let mut single: IdMap<()> = IdMap::default();
+        for b in &cfg.breakers {
+            // llama.cpp skips empty breakers with a warning.
+            let Some((&head, tail)) = b.split_first() else {
+                continue;
+            };
+            let tails = breakers.entry(head).or_default();
+            if !tails.iter().any(|t| t == tail) {
+                tails.push(tail.to_vec());
+            }
+            if tail.is_empty() {
+                single.insert(head, ());
+            }
+        }
+        Dry {
+            cfg,
+            max_exponent,
+            breakers,
+            single,
+            history: VecDeque::new(),
+            rev: Vec::new(),
+            z: Vec::new(),
+            max_repeat: IdMap::default(),
+        }
+    }
+
     /// Step 1: the restart limit from the most recent breaker occurrence in `rev`.
     fn restart_limit(&self) -> usize {
         let s = &self.rev;
@@ -158,28 +166,24 @@ impl Dry {
             self.z[k] = len;
         }
     }
-}
 
-impl Sampler for Dry {
-    fn name(&self) -> &str {
-        "dry"
-    }
-
-    fn apply(&mut self, cur: &mut Candidates) {
+    /// Steps 1–4: fill `max_repeat` with the longest repeat each token would extend. False when an
+    /// early out applies (llama.cpp then leaves the array, `sorted` flag included, untouched).
+    fn find_repeats(&mut self) -> bool {
         let allowed = i64::from(self.cfg.allowed_length);
         let n = match self.cfg.penalty_last_n {
             Window::Last(w) => self.history.len().min(w),
             Window::All => self.history.len(),
         };
         if n as i64 <= allowed {
-            return;
+            return false;
         }
         self.rev.clear();
         self.rev.extend(self.history.iter().rev().take(n));
 
         let rep_limit = self.restart_limit();
         if (rep_limit as i64) < allowed {
-            return;
+            return false;
         }
 
         self.z_array();
@@ -191,25 +195,59 @@ impl Sampler for Dry {
                 *best = (*best).max(len);
             }
         }
+        true
+    }
 
-        let (mult, base, max_exp) = (
-            f64::from(self.cfg.multiplier),
-            f64::from(self.cfg.base),
-            i64::from(self.max_exponent),
-        );
-        let single = &self.single;
-        for_each_keyed(cur.as_mut_slice(), &self.max_repeat, |t, len| {
-            if single.contains_key(&t.id) {
-                return;
+    /// Step 5: what a token that would extend a repeat of `len` loses, or `None` for a
+    /// single-token breaker.
+    #[inline]
+    fn penalty(&self, id: TokenId, len: i64) -> Option<f32> {
+        if self.single.contains_key(&id) {
+            return None;
+        }
+        let mut exp = len - i64::from(self.cfg.allowed_length);
+        if self.max_exponent > 0 && exp > i64::from(self.max_exponent) {
+            exp = i64::from(self.max_exponent);
+        }
+        // `powf`, not `powi`: libm `pow` as C++'s `std::pow` calls it (powi multiplies
+        // repeatedly and rounds differently). The product is f64, rounded once to f32.
+        let p = f64::from(self.cfg.multiplier) * f64::from(self.cfg.base).powf(exp as f64);
+        Some(p as f32)
+    }
+
+    /// The stage's effect on an identity-layout row held as "row + sparse edits" (see
+    /// [`crate::overlay`]): the same f32 results as `apply` on the filled array, in O(history),
+    /// without filling. Always possible for DRY, so it always returns true. Ids outside the row
+    /// are skipped, as no candidate carries them.
+    pub fn apply_overlay(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if self.find_repeats() {
+            for (&id, &len) in &self.max_repeat {
+                let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) else {
+                    continue;
+                };
+                if let Some(p) = self.penalty(id, len) {
+                    ov.set(i, ov.get(row, i) - p);
+                }
             }
-            let mut exp = len - allowed;
-            if max_exp > 0 && exp > max_exp {
-                exp = max_exp;
+        }
+        true
+    }
+}
+
+impl Sampler for Dry {
+    fn name(&self) -> &str {
+        "dry"
+    }
+
+    fn apply(&mut self, cur: &mut Candidates) {
+        if !self.find_repeats() {
+            return;
+        }
+        let this = &*self;
+        for_each_keyed(cur.as_mut_slice(), &this.max_repeat, |t, len| {
+            if let Some(p) = this.penalty(t.id, len) {
+                t.logit -= p;
             }
-            // `powf`, not `powi`: libm `pow` as C++'s `std::pow` calls it (powi multiplies
-            // repeatedly and rounds differently).
-            let penalty = (mult * base.powf(exp as f64)) as f32;
-            t.logit -= penalty;
         });
         cur.sorted = false;
     }
@@ -407,6 +445,41 @@ mod tests {
         let got = penalised(&mut s, &h[..h.len() - 1], 31);
         assert_eq!(got[30], (1000f64.powf(12.0)) as f32);
         assert!(got.iter().all(|p| p.is_finite()));
+    }
+
+    #[test]
+    fn overlay_path_gives_the_same_bits_as_apply() {
+        let row: Vec<f32> = (0..9).map(|i| i as f32 * 0.7 - 3.0).collect();
+        let history = [0, 1, 2, 3, 0, 1, 2, 3, 4, -4, 99, 0, 1, 2, 3, 0, 1];
+        let mut a = Dry::new(DryConfig {
+            multiplier: 0.8,
+            base: 1.75,
+            allowed_length: 1,
+            penalty_last_n: Window::Last(16),
+            breakers: vec![vec![4], vec![1, 2]],
+        });
+        for t in history {
+            a.accept(t);
+        }
+        let mut b = a.clone();
+        let mut cur = Candidates::from_logits(&row);
+        a.apply(&mut cur);
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        assert!(b.apply_overlay(&row, &mut ov));
+        let mut via = Candidates::new();
+        ov.materialize(&row, &mut via);
+        let bits = |c: &Candidates| {
+            c.as_slice()
+                .iter()
+                .map(|t| t.logit.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&via), bits(&cur));
+        assert_ne!(
+            bits(&via),
+            row.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

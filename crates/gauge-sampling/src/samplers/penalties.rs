@@ -47,6 +47,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::overlay::Overlay;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -226,20 +227,27 @@ pub struct Penalties {
 }
 
 /// Build the stage as llama.cpp's init does (a `?penalties` placeholder when disabled).
-pub fn build(mut cfg: PenaltiesConfig) -> Box<dyn Sampler> {
+pub fn build(cfg: PenaltiesConfig) -> Box<dyn Sampler> {
     if cfg.last_n.is_disabled() || (cfg.repeat == 1.0 && cfg.freq == 0.0 && cfg.present == 0.0) {
         return Placeholder::boxed("?penalties");
     }
-    cfg.exempt.sort_unstable();
-    cfg.exempt.dedup();
-    Box::new(Penalties {
-        cfg,
-        ring: VecDeque::new(),
-        counts: IdMap::default(),
-    })
+    Box::new(Penalties::new(cfg))
 }
 
 impl Penalties {
+    /// The active stage, even for a configuration llama.cpp would turn into a placeholder (use
+    /// [`build`] for llama.cpp's behaviour). For callers that need the concrete type, e.g. for
+    /// [`Penalties::apply_overlay`].
+    pub fn new(mut cfg: PenaltiesConfig) -> Self {
+        cfg.exempt.sort_unstable();
+        cfg.exempt.dedup();
+        Penalties {
+            cfg,
+            ring: VecDeque::new(),
+            counts: IdMap::default(),
+        }
+    }
+
     #[inline]
     fn is_exempt(&self, token: TokenId) -> bool {
         !self.cfg.exempt.is_empty() && self.cfg.exempt.binary_search(&token).is_ok()
@@ -273,24 +281,49 @@ impl Penalties {
         }
     }
 
+    /// The ctrl operator (also the normalized one at θ = 1) on one seen logit.
+    #[inline]
+    fn penalize_ctrl(&self, z: f32, count: u32) -> f32 {
+        let c = &self.cfg;
+        ctrl_penalize(z, c.repeat)
+            - subtractive_amount(Self::freq_count(c.once_per_token, count), c.freq, c.present)
+    }
+
+    /// Whether `apply` needs the whole row (normalized mode with θ != 1).
+    fn is_dense(&self) -> bool {
+        self.cfg.mode == PenaltyMode::Normalized && self.cfg.repeat != 1.0
+    }
+
     fn apply_ctrl(&mut self, cur: &mut Candidates) {
-        let (repeat, freq, present, once) = (
-            self.cfg.repeat,
-            self.cfg.freq,
-            self.cfg.present,
-            self.cfg.once_per_token,
-        );
-        for_each_keyed(cur.as_mut_slice(), &self.counts, |t, count| {
-            let l = ctrl_penalize(t.logit, repeat);
-            t.logit = l - subtractive_amount(Self::freq_count(once, count), freq, present);
+        let this = &*self;
+        for_each_keyed(cur.as_mut_slice(), &this.counts, |t, count| {
+            t.logit = this.penalize_ctrl(t.logit, count);
         });
+    }
+
+    /// The stage's effect on an identity-layout row held as "row + sparse edits" (see
+    /// [`crate::overlay`]): the same f32 results as `apply` on the filled array, in O(history),
+    /// without filling. Returns false and does nothing when the stage needs the whole row
+    /// (normalized mode with θ != 1); the caller then materializes the array and calls `apply`.
+    /// Ids outside the row are skipped, as no candidate carries them.
+    pub fn apply_overlay(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if self.is_dense() {
+            return false;
+        }
+        for (&id, &count) in &self.counts {
+            if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
+                ov.set(i, self.penalize_ctrl(ov.get(row, i), count));
+            }
+        }
+        true
     }
 
     fn apply_normalized(&mut self, cur: &mut Candidates) {
         let data = cur.as_mut_slice();
         let max = data.iter().fold(f32::NEG_INFINITY, |m, t| m.max(t.logit));
         if !max.is_finite() {
-            // Empty, or every candidate banned: there are no log-probabilities to penalise.
+            // Empty, every candidate banned, or a +inf (from a bias) that takes all the mass:
+            // there are no finite log-probabilities to penalise.
             return;
         }
         let lse = log_sum_exp_offset(data.iter().map(|t| t.logit), max);
@@ -316,11 +349,12 @@ impl Sampler for Penalties {
     }
 
     fn apply(&mut self, cur: &mut Candidates) {
-        match self.cfg.mode {
-            PenaltyMode::Normalized if self.cfg.repeat != 1.0 => self.apply_normalized(cur),
-            // With θ = 1 the normalized operator is the plain subtraction up to a constant, and
-            // `ctrl_penalize(z, 1)` is exact, so both modes share the O(history) path.
-            _ => self.apply_ctrl(cur),
+        // With θ = 1 the normalized operator is the plain subtraction up to a constant, and
+        // `ctrl_penalize(z, 1)` is exact, so both modes share the O(history) path.
+        if self.is_dense() {
+            self.apply_normalized(cur);
+        } else {
+            self.apply_ctrl(cur);
         }
         cur.sorted = false;
     }
@@ -454,6 +488,52 @@ mod tests {
         c.once_per_token = true;
         let out = run(c, &[0, 0, 0], &[1.0, 1.0]);
         assert_eq!(out, vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn overlay_path_gives_the_same_bits_as_apply() {
+        let row: Vec<f32> = (0..37)
+            .map(|i| ((i * 7919) % 41) as f32 * 0.37 - 6.0)
+            .collect();
+        let history = [3, 0, 5, 5, 36, 12, 3, 3, 40, -1, 9];
+        for (mode, repeat) in [(PenaltyMode::Ctrl, 1.3), (PenaltyMode::Normalized, 1.0)] {
+            let mut c = cfg(Window::Last(8), repeat, 0.25, 0.5);
+            c.mode = mode;
+            c.exempt = vec![9];
+            let mut a = Penalties::new(c);
+            for t in history {
+                a.accept(t);
+            }
+            let mut b = a.clone();
+            let mut cur = Candidates::from_logits(&row);
+            a.apply(&mut cur);
+            let mut ov = Overlay::default();
+            ov.reset(row.len());
+            assert!(b.apply_overlay(&row, &mut ov));
+            let mut via = Candidates::new();
+            ov.materialize(&row, &mut via);
+            let bits = |c: &Candidates| {
+                c.as_slice()
+                    .iter()
+                    .map(|t| t.logit.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&via), bits(&cur));
+            assert_ne!(
+                bits(&via),
+                row.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        let mut dense = Penalties::new(PenaltiesConfig {
+            mode: PenaltyMode::Normalized,
+            ..cfg(Window::All, 1.3, 0.0, 0.0)
+        });
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        assert!(
+            !dense.apply_overlay(&row, &mut ov),
+            "normalized with θ != 1 needs the whole row"
+        );
     }
 
     #[test]
