@@ -93,10 +93,12 @@ impl LogitRows {
         self.n_vocab
     }
 
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
+    /// Row `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<&[f32]> {
+        self.iter().nth(i)
     }
 
+    /// The rows in order.
     pub fn iter(&self) -> impl Iterator<Item = &[f32]> {
         self.data.chunks_exact(self.n_vocab.max(1))
     }
