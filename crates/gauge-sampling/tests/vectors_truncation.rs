@@ -53,7 +53,7 @@ fn check_record(rec: &Value) {
         .iter()
         .map(|s| s.as_str().unwrap())
         .collect();
-    let has_dist = pipeline.iter().any(|s| *s == "dist(seed=0)");
+    let has_dist = pipeline.contains(&"dist(seed=0)");
     assert_eq!(
         pipeline.len(),
         if has_dist { 2 } else { 1 },

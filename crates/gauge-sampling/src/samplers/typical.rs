@@ -14,7 +14,8 @@
 //! # Deliberate deviation from llama.cpp
 //!
 //! llama.cpp has no guard for `p == 0` in step 2: a masked candidate (a `-inf` logit left by
-//! top-n-sigma, temp 0 or a `-inf` logit bias) contributes `0 · logf(0) = 0 · -inf = NaN`, the
+//! top-n-sigma, temp 0 or a `-inf` logit bias, or a logit so far below the max that `expf`
+//! underflows) contributes `0 · logf(0) = 0 · -inf = NaN`, the
 //! entropy becomes NaN, every sort key is NaN, and the cut depends on how introsort shuffles NaN
 //! keys (SPEC §6.14). Here a `p == 0` candidate contributes 0 (the limit `p·log p → 0`, and what
 //! temp-ext already does). Its own score is then `+inf`, so it sorts last and is only kept if
