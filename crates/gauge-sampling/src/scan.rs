@@ -126,15 +126,15 @@ pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>
     buf.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let k = k.min(buf.len());
     for w in buf[..k].windows(2) {
-        if !(w[0].0 > w[1].0) {
+        if w[0].0 <= w[1].0 {
             return None;
         }
     }
-    if buf.len() > k && !(buf[k - 1].0 > buf[k].0) {
+    if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
         return None;
     }
     // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
-    if k > 128 && buf[..k].iter().any(|e| !(e.0.abs() < 3.0e8)) {
+    if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
         return None;
     }
     buf.truncate(k);
