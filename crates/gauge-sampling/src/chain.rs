@@ -27,6 +27,7 @@ use crate::samplers::{
     adaptive_p, dist, greedy, logit_bias, min_p, mirostat, mirostat_v2, temp, temp_ext, top_k,
     top_n_sigma, top_p, typical, xtc,
 };
+use crate::overlay::Overlay;
 use crate::vocab::Vocab;
 
 /// An ordered list of stages applied to one candidate array, ending in a terminal sampler.
@@ -35,6 +36,8 @@ pub struct Chain {
     stages: Vec<Box<dyn Sampler>>,
     n_vocab: usize,
     cur: Candidates,
+    overlay: Overlay,
+    fast: bool,
 }
 
 impl Chain {
@@ -44,7 +47,18 @@ impl Chain {
             stages,
             n_vocab,
             cur: Candidates::new(),
+            overlay: Overlay::default(),
+            fast: true,
         }
+    }
+
+    /// Turn the row fast path on (default) or off. Off, every step fills the full candidate array
+    /// first, exactly as llama.cpp does; on, sparse stages and the first dense stage read the row
+    /// directly. Both give the same token; only `last_candidates` differs (the fast path keeps only
+    /// what the chain needed, e.g. the chosen token alone after greedy).
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast = on;
+        self
     }
 
     /// The vocabulary size this chain expects.
@@ -87,12 +101,21 @@ impl Chain {
         if logits.is_empty() {
             return Err(SamplingError::Empty("the vocabulary is empty".into()));
         }
+        // One vectorisable pass; the exact index is searched only on failure.
+        let mut bad = false;
         let mut any_finite = false;
-        for (i, &x) in logits.iter().enumerate() {
-            if x.is_nan() || x == f32::INFINITY {
-                return Err(SamplingError::NonFiniteLogit { index: i, value: x });
+        for block in logits.chunks(64) {
+            let (mut b, mut f) = (false, false);
+            for &x in block {
+                b |= !(x < f32::INFINITY); // NaN or +inf
+                f |= x > f32::NEG_INFINITY;
             }
-            any_finite |= x.is_finite();
+            bad |= b;
+            any_finite |= f;
+        }
+        if bad {
+            let (i, &x) = logits.iter().enumerate().find(|(_, x)| x.is_nan() || **x == f32::INFINITY).expect("a bad value was seen");
+            return Err(SamplingError::NonFiniteLogit { index: i, value: x });
         }
         if !any_finite {
             return Err(SamplingError::NoFiniteLogit);
@@ -118,11 +141,34 @@ impl Chain {
     pub fn sample_no_accept(&mut self, logits: &[f32]) -> Result<TokenId> {
         self.validate_row(logits)?;
         let mut cur = std::mem::take(&mut self.cur);
-        cur.fill(logits);
-        self.apply(&mut cur);
+        if self.fast {
+            self.apply_fast(logits, &mut cur);
+        } else {
+            cur.fill(logits);
+            self.apply(&mut cur);
+        }
         let tok = cur.selected_token();
         self.cur = cur;
         tok.ok_or_else(|| SamplingError::Empty("no candidate was selected (the chain has no terminal sampler, or every candidate was removed)".into()))
+    }
+
+    /// Sparse stages on the raw row, then the first dense stage straight from the row when it can,
+    /// else llama.cpp's fill; the rest of the stages run on the (now small) array as usual.
+    fn apply_fast(&mut self, logits: &[f32], cur: &mut Candidates) {
+        self.overlay.reset(logits.len());
+        let mut i = 0;
+        while i < self.stages.len() && self.stages[i].apply_sparse(logits, &mut self.overlay) {
+            i += 1;
+        }
+        self.overlay.prepare();
+        if i < self.stages.len() && self.stages[i].apply_from_row(logits, &self.overlay, cur) {
+            i += 1;
+        } else {
+            self.overlay.materialize(logits, cur);
+        }
+        for st in self.stages[i..].iter_mut() {
+            st.apply(cur);
+        }
     }
 
     /// The candidate array left by the last `sample` (for inspection: ids, p, order).

@@ -1,6 +1,7 @@
 //! The `Sampler` trait: one stage of a chain.
 
 use crate::candidates::{Candidates, TokenId};
+use crate::overlay::Overlay;
 
 /// How a stage responds to a constant added to every logit (a change of gauge).
 ///
@@ -36,6 +37,21 @@ pub trait Sampler: Send + std::fmt::Debug {
     /// through `accept`; a stage may be configured to ignore prompt tokens.
     fn accept_prompt(&mut self, token: TokenId) {
         self.accept(token)
+    }
+    /// Sparse form of `apply`, used while the array would still be llama.cpp's freshly filled
+    /// identity layout (`data[i].id == i`, unsorted): record the stage's effect as edits to single
+    /// logits in `ov` (read current values with `ov.get(row, id)`). Return `false` if this stage
+    /// cannot (the default); the chain then materialises the array and calls `apply`. Stages whose
+    /// effect touches a few ids (logit-bias, penalties, DRY) implement it so the chain never fills a
+    /// vocabulary-sized array for them.
+    fn apply_sparse(&mut self, _row: &[f32], _ov: &mut Overlay) -> bool {
+        false
+    }
+    /// First-dense-stage form of `apply`: produce exactly the array `apply` would leave, reading
+    /// "row + edits" directly instead of a filled array. Return `false` when that is not possible
+    /// exactly (e.g. ties whose order depends on llama.cpp's sort); the chain takes the slow path.
+    fn apply_from_row(&mut self, _row: &[f32], _ov: &Overlay, _cur: &mut Candidates) -> bool {
+        false
     }
     /// Forget all history and reseed generators.
     fn reset(&mut self) {}

@@ -5,7 +5,9 @@
 //! llama.cpp sets `selected = 0` on an empty array and the chain then asserts; here an empty array
 //! gets `selected = None`, which the chain reports as a typed error.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::overlay::Overlay;
+use crate::scan;
 use crate::sampler::{Sampler, Shift};
 
 /// Argmax in array order.
@@ -35,6 +37,14 @@ impl Sampler for Greedy {
             }
         }
         cur.selected = Some(sel);
+    }
+    /// One pass over the row. The array left behind holds only the chosen candidate (selected 0):
+    /// greedy never reads the rest, and filling it would cost more than the scan.
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> bool {
+        let i = scan::first_max(row, ov);
+        cur.set_data([TokenData { id: i as TokenId, logit: ov.get(row, i), p: 0.0 }], false);
+        cur.selected = Some(0);
+        true
     }
     /// Invariant: the argmax does not move with a common shift.
     fn shift(&self) -> Shift {

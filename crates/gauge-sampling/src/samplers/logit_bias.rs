@@ -12,6 +12,7 @@
 //! though a bias can break the order). The slow-path list is a buffer reused between steps.
 
 use crate::candidates::{Candidates, TokenId};
+use crate::overlay::Overlay;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -78,6 +79,20 @@ impl Sampler for LogitBias {
                 t.logit += bias;
             }
         }
+    }
+
+    /// On the identity layout every in-range entry takes llama.cpp's fast path (`data[token].id ==
+    /// token`), so duplicates all add, in list order, exactly as `apply` does.
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        for &(token, bias) in &self.biases {
+            if let Ok(i) = usize::try_from(token) {
+                if i < row.len() {
+                    let v = ov.get(row, i) + bias;
+                    ov.set(i, v);
+                }
+            }
+        }
+        true
     }
 
     /// Invariant: adding a bias commutes with adding a constant to every logit.

@@ -1,6 +1,7 @@
 //! The `?name` placeholder llama.cpp puts in the chain for a disabled stage: no state, no effect.
 
 use crate::candidates::Candidates;
+use crate::overlay::Overlay;
 use crate::sampler::{Sampler, Shift};
 
 /// A disabled stage. It keeps no history, so enabling the real stage later starts from scratch.
@@ -22,6 +23,9 @@ impl Sampler for Placeholder {
         self.name
     }
     fn apply(&mut self, _cur: &mut Candidates) {}
+    fn apply_sparse(&mut self, _row: &[f32], _ov: &mut Overlay) -> bool {
+        true
+    }
     fn shift(&self) -> Shift {
         Shift::Invariant
     }

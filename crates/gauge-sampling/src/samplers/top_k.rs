@@ -7,7 +7,10 @@
 //! rejects `+inf` in the logit row, so only a stage that writes `+inf` (a logit bias) can hit this.
 
 use crate::candidates::Candidates;
+use crate::candidates::{TokenData, TokenId};
 use crate::ops::top_k_impl;
+use crate::overlay::Overlay;
+use crate::scan;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -15,6 +18,8 @@ use crate::samplers::placeholder::Placeholder;
 #[derive(Clone, Debug)]
 pub struct TopK {
     k: i32,
+    /// Scratch for the row scan, reused across steps.
+    buf: Vec<(f32, u32)>,
 }
 
 /// Build the stage as llama.cpp's init function does (a `?top-k` placeholder when disabled).
@@ -23,7 +28,7 @@ pub fn build(k: i32) -> Box<dyn Sampler> {
     if k <= 0 {
         return Placeholder::boxed("?top-k");
     }
-    Box::new(TopK { k })
+    Box::new(TopK { k, buf: Vec::new() })
 }
 
 impl Sampler for TopK {
@@ -32,6 +37,15 @@ impl Sampler for TopK {
     }
     fn apply(&mut self, cur: &mut Candidates) {
         top_k_impl(cur, self.k);
+    }
+    /// One pass over the row; exact whenever the top k are free of ties (see `scan`).
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> bool {
+        let k = (self.k.max(0) as usize).min(row.len());
+        if scan::top_k_unique(row, ov, k, None, &mut self.buf).is_none() {
+            return false;
+        }
+        cur.set_data(self.buf.iter().map(|&(logit, id)| TokenData { id: id as TokenId, logit, p: 0.0 }), true);
+        true
     }
     /// Invariant: the kept set is the k largest logits, which a common shift does not change. Only
     /// the order among exactly tied logits can depend on where the 128 bucket boundaries fall.
