@@ -28,6 +28,7 @@ use crate::samplers::{
     top_n_sigma, top_p, typical, xtc,
 };
 use crate::overlay::Overlay;
+use crate::sampler::FromRow;
 use crate::vocab::Vocab;
 
 /// An ordered list of stages applied to one candidate array, ending in a terminal sampler.
@@ -139,36 +140,52 @@ impl Chain {
 
     /// Run the chain on a logit row and return the selected token without accepting it.
     pub fn sample_no_accept(&mut self, logits: &[f32]) -> Result<TokenId> {
-        self.validate_row(logits)?;
         let mut cur = std::mem::take(&mut self.cur);
-        if self.fast {
-            self.apply_fast(logits, &mut cur);
+        let res = if self.fast {
+            self.apply_fast(logits, &mut cur)
         } else {
-            cur.fill(logits);
-            self.apply(&mut cur);
-        }
+            self.validate_row(logits).map(|()| {
+                cur.fill(logits);
+                self.apply(&mut cur);
+            })
+        };
         let tok = cur.selected_token();
         self.cur = cur;
+        res?;
         tok.ok_or_else(|| SamplingError::Empty("no candidate was selected (the chain has no terminal sampler, or every candidate was removed)".into()))
     }
 
     /// Sparse stages on the raw row, then the first dense stage straight from the row when it can,
     /// else llama.cpp's fill; the rest of the stages run on the (now small) array as usual.
-    fn apply_fast(&mut self, logits: &[f32], cur: &mut Candidates) {
+    ///
+    /// Stage state is only touched once the row is known to be valid: sparse stages read just the
+    /// (validated) history ids, and the first dense stage validates the row in its own pass.
+    fn apply_fast(&mut self, logits: &[f32], cur: &mut Candidates) -> Result<()> {
+        if logits.len() != self.n_vocab || logits.is_empty() {
+            return self.validate_row(logits);
+        }
         self.overlay.reset(logits.len());
         let mut i = 0;
         while i < self.stages.len() && self.stages[i].apply_sparse(logits, &mut self.overlay) {
             i += 1;
         }
         self.overlay.prepare();
-        if i < self.stages.len() && self.stages[i].apply_from_row(logits, &self.overlay, cur) {
-            i += 1;
-        } else {
-            self.overlay.materialize(logits, cur);
+        let from_row = match self.stages.get_mut(i) {
+            Some(st) => st.apply_from_row(logits, &self.overlay, cur),
+            None => FromRow::Declined,
+        };
+        match from_row {
+            FromRow::Done => i += 1,
+            FromRow::Invalid => return self.validate_row(logits),
+            FromRow::Declined => {
+                self.validate_row(logits)?;
+                self.overlay.materialize(logits, cur);
+            }
         }
         for st in self.stages[i..].iter_mut() {
             st.apply(cur);
         }
+        Ok(())
     }
 
     /// The candidate array left by the last `sample` (for inspection: ids, p, order).

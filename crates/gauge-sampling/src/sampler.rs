@@ -22,6 +22,17 @@ impl Shift {
     }
 }
 
+/// Outcome of [`Sampler::apply_from_row`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FromRow {
+    /// The array is exactly what fill + `apply` would leave.
+    Done,
+    /// Not done; the chain fills the array and calls `apply`.
+    Declined,
+    /// The row holds NaN or +inf; the chain reports it.
+    Invalid,
+}
+
 /// One stage of a sampler chain, with llama.cpp's `llama_sampler_i` semantics.
 ///
 /// `apply` never fails: the chain validates its input once (finite logits, non-empty set) before the
@@ -48,10 +59,11 @@ pub trait Sampler: Send + std::fmt::Debug {
         false
     }
     /// First-dense-stage form of `apply`: produce exactly the array `apply` would leave, reading
-    /// "row + edits" directly instead of a filled array. Return `false` when that is not possible
+    /// "row + edits" directly instead of a filled array, and checking the row for NaN/+inf on the
+    /// way (so validation costs no separate pass). Returns `Declined` when that is not possible
     /// exactly (e.g. ties whose order depends on llama.cpp's sort); the chain takes the slow path.
-    fn apply_from_row(&mut self, _row: &[f32], _ov: &Overlay, _cur: &mut Candidates) -> bool {
-        false
+    fn apply_from_row(&mut self, _row: &[f32], _ov: &Overlay, _cur: &mut Candidates) -> FromRow {
+        FromRow::Declined
     }
     /// Forget all history and reseed generators.
     fn reset(&mut self) {}

@@ -8,24 +8,50 @@
 
 use crate::overlay::{Overlay, CHUNK};
 
-/// Any entry of the block `>= t` (written so the compiler vectorises it).
+/// What a kernel found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// The result is exact.
+    Done,
+    /// The result would depend on tie-breaking (or on values the bucket sort mis-files).
+    Ambiguous,
+    /// The row holds NaN or +inf: the caller reports the precise error.
+    Invalid,
+}
+
+/// Any entry of the block `>= t`, and whether any is NaN or +inf; one vectorised pass, so input
+/// validation costs no extra trip through memory.
 #[inline]
-fn any_ge(block: &[f32], t: f32) -> bool {
-    let mut any = false;
+fn any_ge(block: &[f32], t: f32, bad: &mut bool) -> bool {
+    let (mut any, mut b) = (false, false);
     for &x in block {
         any |= x >= t;
+        b |= !(x < f32::INFINITY);
     }
+    *bad |= b;
     any
 }
 
-/// Any entry of the block `> t`.
+/// Any entry of the block `> t`, and whether any is NaN or +inf.
 #[inline]
-fn any_gt(block: &[f32], t: f32) -> bool {
-    let mut any = false;
+fn any_gt(block: &[f32], t: f32, bad: &mut bool) -> bool {
+    let (mut any, mut b) = (false, false);
     for &x in block {
         any |= x > t;
+        b |= !(x < f32::INFINITY);
     }
+    *bad |= b;
     any
+}
+
+/// NaN or +inf in the block.
+#[inline]
+fn any_bad(block: &[f32]) -> bool {
+    let mut b = false;
+    for &x in block {
+        b |= !(x < f32::INFINITY);
+    }
+    b
 }
 
 /// Walk the row block by block, calling `visit(start, values, edited)`; `values` is the row slice of
@@ -44,12 +70,14 @@ fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bo
 }
 
 /// llama.cpp greedy over the identity layout: index of the first maximum (strict `>`), starting
-/// from index 0.
-pub fn first_max(row: &[f32], ov: &Overlay) -> usize {
+/// from index 0. `None` if the row holds NaN or +inf.
+pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut best_i = 0usize;
     let mut best = ov.get(row, 0);
+    let mut bad = false;
     for_blocks(row, ov, |start, block, edited| {
         if edited {
+            bad |= any_bad(block);
             for i in start..start + block.len() {
                 let v = ov.get(row, i);
                 if v > best {
@@ -57,7 +85,7 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> usize {
                     best_i = i;
                 }
             }
-        } else if any_gt(block, best) {
+        } else if any_gt(block, best, &mut bad) {
             for (j, &v) in block.iter().enumerate() {
                 if v > best {
                     best = v;
@@ -66,21 +94,22 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> usize {
             }
         }
     });
-    best_i
+    (!bad).then_some(best_i)
 }
 
 /// The `k` largest entries of "row + overlay" (values below `mask_below` read as -inf), sorted
-/// descending, as `(logit, id)`, provided the answer does not depend on tie-breaking; else `None`.
+/// descending, as `(logit, id)`, provided the answer does not depend on tie-breaking.
 ///
 /// `k` is already `min(k, n)`. Unique means: the first k values are distinct and strictly above
 /// the (k+1)-th. Then llama.cpp's heap partial sort (k <= 128) and bucket sort (k > 128) both
 /// produce exactly this order.
-pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>, buf: &mut Vec<(f32, u32)>) -> Option<()> {
+pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>, buf: &mut Vec<(f32, u32)>) -> Scan {
     let n = row.len();
     buf.clear();
     if k == 0 || n == 0 {
-        return None;
+        return Scan::Ambiguous;
     }
+    let mut bad = false;
     let cap = (4 * k).max(64) + CHUNK;
     let floor = mask_below.unwrap_or(f32::NEG_INFINITY);
     let mut t = f32::NEG_INFINITY.max(floor);
@@ -91,13 +120,14 @@ pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>
             return;
         }
         if edited {
+            bad |= any_bad(block);
             for i in start..start + block.len() {
                 let v = masked(ov.get(row, i));
                 if v >= t {
                     buf.push((v, i as u32));
                 }
             }
-        } else if any_ge(block, t) {
+        } else if any_ge(block, t, &mut bad) {
             for (j, &v) in block.iter().enumerate() {
                 let v = masked(v);
                 if v >= t {
@@ -116,29 +146,32 @@ pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>
             }
         }
     });
+    if bad {
+        return Scan::Invalid;
+    }
     if too_many_ties {
-        return None;
+        return Scan::Ambiguous;
     }
     // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
     if buf.len() < k && n > buf.len() {
-        return None;
+        return Scan::Ambiguous;
     }
     buf.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let k = k.min(buf.len());
     for w in buf[..k].windows(2) {
         if w[0].0 <= w[1].0 {
-            return None;
+            return Scan::Ambiguous;
         }
     }
     if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
-        return None;
+        return Scan::Ambiguous;
     }
     // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
     if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
-        return None;
+        return Scan::Ambiguous;
     }
     buf.truncate(k);
-    Some(())
+    Scan::Done
 }
 
 #[cfg(test)]
@@ -186,7 +219,7 @@ mod tests {
         for seed in 0..200 {
             let n = 1 + (seed as usize * 37) % 700;
             let (row, ov, full) = row_with_edits(n, seed, (seed % 9) as usize, seed % 2 == 0);
-            assert_eq!(first_max(&row, &ov), naive_first_max(&full), "seed {seed}");
+            assert_eq!(first_max(&row, &ov), Some(naive_first_max(&full)), "seed {seed}");
         }
     }
 
@@ -204,14 +237,15 @@ mod tests {
             sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             let unique = sorted[..k].windows(2).all(|w| w[0].0 > w[1].0) && (n == k || sorted[k - 1].0 > sorted[k].0);
             match top_k_unique(&row, &ov, k, None, &mut buf) {
-                Some(()) => {
+                Scan::Done => {
                     assert!(unique, "seed {seed}: fast path accepted an ambiguous top-k");
                     assert_eq!(&buf[..], &sorted[..k], "seed {seed}");
                 }
-                None => {
+                Scan::Ambiguous => {
                     assert!(!unique, "seed {seed}: fast path declined a unique top-k");
                     declined += 1;
                 }
+                Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
             }
         }
         assert!(declined > 0, "the tie cases should exercise the decline path");
@@ -224,8 +258,25 @@ mod tests {
         ov.reset(row.len());
         ov.prepare();
         let mut buf = Vec::new();
-        assert!(top_k_unique(&row, &ov, 2, Some(2.0), &mut buf).is_some());
+        assert_eq!(top_k_unique(&row, &ov, 2, Some(2.0), &mut buf), Scan::Done);
         assert_eq!(buf, vec![(5.0, 0), (4.0, 2)]);
-        assert!(top_k_unique(&row, &ov, 4, Some(2.0), &mut buf).is_none());
+        assert_eq!(top_k_unique(&row, &ov, 4, Some(2.0), &mut buf), Scan::Ambiguous);
+    }
+
+    #[test]
+    fn kernels_flag_nan_and_plus_inf_anywhere() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            for pos in [0usize, 5, 16, 17, 99] {
+                let mut row: Vec<f32> = (0..100).map(|i| i as f32 * 0.01).collect();
+                row[pos] = bad;
+                let mut ov = Overlay::default();
+                ov.reset(row.len());
+                ov.set(17, 0.5);
+                ov.prepare();
+                let mut buf = Vec::new();
+                assert_eq!(first_max(&row, &ov), None, "{bad} at {pos}");
+                assert_eq!(top_k_unique(&row, &ov, 3, None, &mut buf), Scan::Invalid, "{bad} at {pos}");
+            }
+        }
     }
 }

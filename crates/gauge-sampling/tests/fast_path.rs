@@ -93,3 +93,29 @@ fn fast_path_matches_fill_path_with_bans_and_biases() {
     let c = chain_for(&json, n_vocab);
     assert_same_run("top_k 300", c.clone(), c.with_fast_path(false), &rows, &[], 40);
 }
+
+#[test]
+fn bad_rows_are_errors_on_both_paths() {
+    use gauge_sampling::SamplingError;
+    let n = 300;
+    for (name, json) in bench_scenarios() {
+        let base = if name == "greedy" {
+            gauge_sampling::chain::ChainBuilder::greedy(n).build().unwrap()
+        } else {
+            chain_for(&json, n)
+        };
+        for fast in [true, false] {
+            let mut chain = base.clone().with_fast_path(fast);
+            for (pos, bad) in [(0usize, f32::NAN), (7, f32::INFINITY), (299, f32::NAN)] {
+                let mut row = vec![0.5f32; n];
+                row[pos] = bad;
+                match chain.sample(&row) {
+                    Err(SamplingError::NonFiniteLogit { index, .. }) => assert_eq!(index, pos, "{name}"),
+                    other => panic!("{name} fast={fast}: {bad} at {pos} gave {other:?}"),
+                }
+            }
+            assert!(matches!(chain.sample(&vec![f32::NEG_INFINITY; n]), Err(SamplingError::NoFiniteLogit)), "{name}");
+            assert!(matches!(chain.sample(&vec![0.0; n - 1]), Err(SamplingError::RowLength { .. })), "{name}");
+        }
+    }
+}

@@ -8,7 +8,7 @@
 use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::overlay::Overlay;
 use crate::scan;
-use crate::sampler::{Sampler, Shift};
+use crate::sampler::{FromRow, Sampler, Shift};
 
 /// Argmax in array order.
 #[derive(Clone, Debug)]
@@ -40,11 +40,18 @@ impl Sampler for Greedy {
     }
     /// One pass over the row. The array left behind holds only the chosen candidate (selected 0):
     /// greedy never reads the rest, and filling it would cost more than the scan.
-    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> bool {
-        let i = scan::first_max(row, ov);
-        cur.set_data([TokenData { id: i as TokenId, logit: ov.get(row, i), p: 0.0 }], false);
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        let Some(i) = scan::first_max(row, ov) else {
+            return FromRow::Invalid;
+        };
+        let logit = ov.get(row, i);
+        if logit == f32::NEG_INFINITY {
+            // everything is banned: let the slow path decide (and report an all -inf input row)
+            return FromRow::Declined;
+        }
+        cur.set_data([TokenData { id: i as TokenId, logit, p: 0.0 }], false);
         cur.selected = Some(0);
-        true
+        FromRow::Done
     }
     /// Invariant: the argmax does not move with a common shift.
     fn shift(&self) -> Shift {

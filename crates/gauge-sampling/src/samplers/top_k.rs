@@ -11,7 +11,7 @@ use crate::candidates::{TokenData, TokenId};
 use crate::ops::top_k_impl;
 use crate::overlay::Overlay;
 use crate::scan;
-use crate::sampler::{Sampler, Shift};
+use crate::sampler::{FromRow, Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
 /// Keep the `k` most likely candidates.
@@ -39,13 +39,15 @@ impl Sampler for TopK {
         top_k_impl(cur, self.k);
     }
     /// One pass over the row; exact whenever the top k are free of ties (see `scan`).
-    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> bool {
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
         let k = (self.k.max(0) as usize).min(row.len());
-        if scan::top_k_unique(row, ov, k, None, &mut self.buf).is_none() {
-            return false;
+        match scan::top_k_unique(row, ov, k, None, &mut self.buf) {
+            scan::Scan::Done => {}
+            scan::Scan::Ambiguous => return FromRow::Declined,
+            scan::Scan::Invalid => return FromRow::Invalid,
         }
         cur.set_data(self.buf.iter().map(|&(logit, id)| TokenData { id: id as TokenId, logit, p: 0.0 }), true);
-        true
+        FromRow::Done
     }
     /// Invariant: the kept set is the k largest logits, which a common shift does not change. Only
     /// the order among exactly tied logits can depend on where the 128 bucket boundaries fall.

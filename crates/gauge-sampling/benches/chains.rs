@@ -1,0 +1,45 @@
+//! Criterion benchmarks of whole chains, from the logit row to the accepted token (the CPU work of
+//! llama.cpp's `llama_sampler_sample` after reading logits), on N(0, 3) rows from
+//! `gauge_sampling::synth` (splitmix64 seed 42, 8 rows cycled) with a 64-token history accepted
+//! first. `gauge bench sampling` runs the same scenarios side by side with llama.cpp's own chain.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use gauge_sampling::chain::ChainBuilder;
+use gauge_sampling::params::SamplingParams;
+use gauge_sampling::synth::{bench_history, bench_scenarios, normal_rows};
+use gauge_sampling::Chain;
+
+fn build(name: &str, json: &serde_json::Value, n_vocab: usize) -> Chain {
+    if name == "greedy" {
+        return ChainBuilder::greedy(n_vocab).build().expect("greedy chain");
+    }
+    let params: SamplingParams = serde_json::from_value(json.clone()).expect("scenario params");
+    Chain::from_params(&params, n_vocab, None).expect("scenario chain")
+}
+
+fn chains(c: &mut Criterion) {
+    for n_vocab in [32_000usize, 151_936, 262_144] {
+        let rows = normal_rows(n_vocab, 8, 3.0, 42);
+        let history = bench_history(n_vocab);
+        let mut group = c.benchmark_group(format!("chain/{n_vocab}"));
+        group.sample_size(30);
+        for (name, json) in bench_scenarios() {
+            let mut chain = build(name, &json, n_vocab);
+            for &t in &history {
+                chain.accept_prompt(t);
+            }
+            let mut i = 0usize;
+            group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter(|| {
+                    let t = chain.sample(&rows[i % rows.len()]).expect("sample");
+                    i += 1;
+                    t
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, chains);
+criterion_main!(benches);
