@@ -254,6 +254,10 @@ impl Sampler for Dry {
 
     fn accept(&mut self, token: TokenId) {
         if let Window::Last(w) = self.cfg.penalty_last_n {
+            if w == 0 {
+                // An empty window (only reachable through `Dry::new`) records nothing.
+                return;
+            }
             while self.history.len() >= w {
                 self.history.pop_front();
             }
@@ -479,6 +483,26 @@ mod tests {
         assert_ne!(
             bits(&via),
             row.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn empty_window_records_nothing() {
+        let mut s = Dry::new(DryConfig {
+            multiplier: 1.0,
+            base: 2.0,
+            allowed_length: -1,
+            penalty_last_n: Window::Last(0),
+            breakers: vec![],
+        });
+        for t in [0, 1, 0, 1] {
+            s.accept(t);
+        }
+        let mut cur = Candidates::from_logits(&[0.0; 2]);
+        s.apply(&mut cur);
+        assert_eq!(
+            cur.as_slice().iter().map(|t| t.logit).collect::<Vec<_>>(),
+            vec![0.0; 2]
         );
     }
 

@@ -423,6 +423,8 @@ impl Sampler for Penalties {
     fn accept(&mut self, token: TokenId) {
         match self.cfg.last_n {
             Window::All => self.count_in(token),
+            // An empty window (only reachable through `Penalties::new`) records nothing.
+            Window::Last(0) => {}
             Window::Last(n) => {
                 if self.ring.len() >= n {
                     if let Some(old) = self.ring.pop_front() {
@@ -500,6 +502,18 @@ mod tests {
             &[1.0, 1.0, 1.0, 1.0],
         );
         assert_eq!(out, vec![1.0, -1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn empty_window_records_nothing() {
+        let mut s = Penalties::new(cfg(Window::Last(0), 1.0, 1.0, 1.0));
+        for t in [0, 0, 1] {
+            s.accept(t);
+        }
+        let mut cur = Candidates::from_logits(&[1.0, 1.0]);
+        s.apply(&mut cur);
+        assert_eq!(cur.as_slice()[0].logit, 1.0);
+        assert_eq!(cur.as_slice()[1].logit, 1.0);
     }
 
     #[test]
