@@ -96,7 +96,9 @@ fn run_shifted(
     history: &[TokenId],
     c: f32,
 ) -> Result<(TokenId, Vec<(TokenId, f64)>)> {
-    let mut ch = chain.clone();
+    // The row fast path may leave only the chosen candidate in `last_candidates`; the comparison
+    // needs the whole final set, so the clones take the fill path (same token, by construction).
+    let mut ch = chain.clone().with_fast_path(false);
     for &t in history {
         ch.accept(t);
     }

@@ -91,8 +91,7 @@ pub fn build(cfg: DryConfig) -> Box<dyn Sampler> {
 
 impl Dry {
     /// The active stage, even for a configuration llama.cpp would turn into a placeholder (use
-    /// [`build`] for llama.cpp's behaviour). For callers that need the concrete type, e.g. for
-    /// [`Dry::apply_overlay`].
+    /// [`build`] for llama.cpp's behaviour), for callers that need the concrete type.
     pub fn new(cfg: DryConfig) -> Self {
         let max_exponent = if cfg.base > 1.000_001 {
             // f32 division as in llama.cpp, then truncation toward zero (`as` saturates).
@@ -214,24 +213,6 @@ impl Dry {
         let p = f64::from(self.cfg.multiplier) * f64::from(self.cfg.base).powf(exp as f64);
         Some(p as f32)
     }
-
-    /// The stage's effect on an identity-layout row held as "row + sparse edits" (see
-    /// [`crate::overlay`]): the same f32 results as `apply` on the filled array, in O(history),
-    /// without filling. Always possible for DRY, so it always returns true. Ids outside the row
-    /// are skipped, as no candidate carries them.
-    pub fn apply_overlay(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
-        if self.find_repeats() {
-            for (&id, &len) in &self.max_repeat {
-                let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) else {
-                    continue;
-                };
-                if let Some(p) = self.penalty(id, len) {
-                    ov.set(i, ov.get(row, i) - p);
-                }
-            }
-        }
-        true
-    }
 }
 
 impl Sampler for Dry {
@@ -250,6 +231,24 @@ impl Sampler for Dry {
             }
         });
         cur.sorted = false;
+    }
+
+    /// The chain's sparse path: the stage's effect on the freshly filled identity layout, held as
+    /// "row + edits" (see [`crate::overlay`]), with the same f32 results as `apply`, in
+    /// O(history) and without filling. Always possible for DRY, so it always returns true. Ids outside the row
+    /// are skipped, as no candidate carries them.
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if self.find_repeats() {
+            for (&id, &len) in &self.max_repeat {
+                let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) else {
+                    continue;
+                };
+                if let Some(p) = self.penalty(id, len) {
+                    ov.set(i, ov.get(row, i) - p);
+                }
+            }
+        }
+        true
     }
 
     fn accept(&mut self, token: TokenId) {
@@ -470,7 +469,7 @@ mod tests {
         a.apply(&mut cur);
         let mut ov = Overlay::default();
         ov.reset(row.len());
-        assert!(b.apply_overlay(&row, &mut ov));
+        assert!(b.apply_sparse(&row, &mut ov));
         let mut via = Candidates::new();
         ov.materialize(&row, &mut via);
         let bits = |c: &Candidates| {

@@ -294,8 +294,7 @@ pub fn build(cfg: PenaltiesConfig) -> Box<dyn Sampler> {
 
 impl Penalties {
     /// The active stage, even for a configuration llama.cpp would turn into a placeholder (use
-    /// [`build`] for llama.cpp's behaviour). For callers that need the concrete type, e.g. for
-    /// [`Penalties::apply_overlay`].
+    /// [`build`] for llama.cpp's behaviour), for callers that need the concrete type.
     pub fn new(mut cfg: PenaltiesConfig) -> Self {
         cfg.exempt.sort_unstable();
         cfg.exempt.dedup();
@@ -359,23 +358,6 @@ impl Penalties {
         });
     }
 
-    /// The stage's effect on an identity-layout row held as "row + sparse edits" (see
-    /// [`crate::overlay`]): the same f32 results as `apply` on the filled array, in O(history),
-    /// without filling. Returns false and does nothing when the stage needs the whole row
-    /// (normalized mode with θ != 1); the caller then materializes the array and calls `apply`.
-    /// Ids outside the row are skipped, as no candidate carries them.
-    pub fn apply_overlay(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
-        if self.is_dense() {
-            return false;
-        }
-        for (&id, &count) in &self.counts {
-            if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
-                ov.set(i, self.penalize_ctrl(ov.get(row, i), count));
-            }
-        }
-        true
-    }
-
     fn apply_normalized(&mut self, cur: &mut Candidates) {
         let data = cur.as_mut_slice();
         let max = data.iter().fold(
@@ -418,6 +400,23 @@ impl Sampler for Penalties {
             self.apply_ctrl(cur);
         }
         cur.sorted = false;
+    }
+
+    /// The chain's sparse path: the stage's effect on the freshly filled identity layout, held as
+    /// "row + edits" (see [`crate::overlay`]), with the same f32 results as `apply`, in
+    /// O(history) and without filling. Returns false and does nothing when the stage needs the whole row
+    /// (normalized mode with θ != 1); the caller then materializes the array and calls `apply`.
+    /// Ids outside the row are skipped, as no candidate carries them.
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if self.is_dense() {
+            return false;
+        }
+        for (&id, &count) in &self.counts {
+            if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
+                ov.set(i, self.penalize_ctrl(ov.get(row, i), count));
+            }
+        }
+        true
     }
 
     fn accept(&mut self, token: TokenId) {
@@ -584,7 +583,7 @@ mod tests {
             a.apply(&mut cur);
             let mut ov = Overlay::default();
             ov.reset(row.len());
-            assert!(b.apply_overlay(&row, &mut ov));
+            assert!(b.apply_sparse(&row, &mut ov));
             let mut via = Candidates::new();
             ov.materialize(&row, &mut via);
             let bits = |c: &Candidates| {
@@ -606,7 +605,7 @@ mod tests {
         let mut ov = Overlay::default();
         ov.reset(row.len());
         assert!(
-            !dense.apply_overlay(&row, &mut ov),
+            !dense.apply_sparse(&row, &mut ov),
             "normalized with θ != 1 needs the whole row"
         );
     }
