@@ -16,8 +16,14 @@ pub type SeqId = u32;
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The sequence would exceed the context window.
-    #[error("context overflow: sequence {seq} needs {needed} positions but the context holds {n_ctx}")]
-    ContextOverflow { seq: SeqId, needed: usize, n_ctx: usize },
+    #[error(
+        "context overflow: sequence {seq} needs {needed} positions but the context holds {n_ctx}"
+    )]
+    ContextOverflow {
+        seq: SeqId,
+        needed: usize,
+        n_ctx: usize,
+    },
     /// More live sequences than the source supports.
     #[error("too many live sequences (max {max})")]
     TooManySequences { max: usize },
