@@ -7,7 +7,7 @@
 //! tokens are multiplied and which are divided.
 //!
 //! Two tools:
-//! * [`classify`] / [`is_shift_invariant`]: what each stage declares ([`Sampler::shift`]), from its
+//! * [`classify`] / [`is_shift_invariant`]: what each stage declares ([`crate::Sampler::shift`]), from its
 //!   configuration alone.
 //! * [`check`]: runs one step of the chain on `z + c` and on `z − c` from the same state and compares
 //!   the chosen tokens and the final distributions.

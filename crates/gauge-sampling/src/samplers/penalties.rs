@@ -30,7 +30,8 @@
 //!   turns the penalty off (SPEC §4, upstream issue #25388).
 //! * `count_prompt = false` ignores the tokens fed through `accept_prompt`; `once_per_token` counts a
 //!   token at most once for the frequency penalty; `exempt` ids are never penalised (they still take
-//!   their place in the window). The defaults reproduce llama.cpp.
+//!   their place in the window). With `count_prompt = true`, `once_per_token = false` and no
+//!   exemptions the stage is llama.cpp's.
 //!
 //! # Cost
 //!
@@ -41,7 +42,12 @@
 //! it falls back to llama.cpp's own walk over the candidates with a map lookup each: O(len), the
 //! same cost as building an id→index map, with no scratch memory, and exact even for arrays with
 //! duplicate ids. (The fast path assumes ids are unique, which holds for every array a chain
-//! produces.) `normalized` needs the whole row and is O(vocab).
+//! produces.) In a chain, `apply_sparse` does the same work as edits over the raw row, so the
+//! stage never needs a filled array at all.
+//!
+//! `normalized` needs the whole row and is O(vocab): one pass for the max, one vectorised
+//! log-sum-exp pass (see `log_sum_exp_offset`), one write pass; about 0.5 ms at 262k entries on
+//! the reference machine, against about 1.2 ms with libm `expf` and a serial sum.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
