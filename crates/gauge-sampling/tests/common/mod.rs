@@ -6,19 +6,28 @@ use serde_json::Value;
 
 /// Path of a file in the workspace `data/` folder.
 pub fn data_path(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data")
+        .join(name)
 }
 
 /// Parse a JSON file from `data/`.
 pub fn load_json(name: &str) -> Value {
-    let text = std::fs::read_to_string(data_path(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+    let text =
+        std::fs::read_to_string(data_path(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {name}: {e}"))
 }
 
 /// All records of llama.cpp's test-sampling vectors with `test == name`.
 pub fn vectors(test: &str) -> Vec<Value> {
     let v = load_json("test-sampling-vectors.json");
-    v["vectors"].as_array().unwrap().iter().filter(|r| r["test"] == test).cloned().collect()
+    v["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["test"] == test)
+        .cloned()
+        .collect()
 }
 
 /// A float that may be encoded as "-inf", "inf" or "nan".
@@ -40,7 +49,11 @@ pub fn f32s(v: &Value) -> Vec<f32> {
 }
 
 pub fn i32s(v: &Value) -> Vec<i32> {
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap() as i32)
+        .collect()
 }
 
 /// The test's input array: `{id: i, logit: input_logits[i], p: input_probs[i]}`, unsorted.
@@ -51,7 +64,11 @@ pub fn input_candidates(rec: &Value) -> Candidates {
         .iter()
         .zip(&probs)
         .enumerate()
-        .map(|(i, (&logit, &p))| TokenData { id: i as i32, logit, p })
+        .map(|(i, (&logit, &p))| TokenData {
+            id: i as i32,
+            logit,
+            p,
+        })
         .collect();
     Candidates::from_data(data, false)
 }
@@ -64,6 +81,13 @@ pub fn assert_matches(rec: &Value, cur: &Candidates) {
     assert_eq!(got_ids, want_ids, "ids/order differ for {}", rec["call"]);
     assert_eq!(cur.len(), want_p.len(), "size differs for {}", rec["call"]);
     for (t, &w) in cur.as_slice().iter().zip(&want_p) {
-        assert!((t.p - w).abs() < 1e-5, "p of id {} is {} but expected {} in {}", t.id, t.p, w, rec["call"]);
+        assert!(
+            (t.p - w).abs() < 1e-5,
+            "p of id {} is {} but expected {} in {}",
+            t.id,
+            t.p,
+            w,
+            rec["call"]
+        );
     }
 }
