@@ -84,3 +84,8 @@ pub use params::SamplingParams;
 pub use presets::Preset;
 pub use sampler::{Sampler, Shift};
 pub use vocab::Vocab;
+
+// The README's Rust example is compiled and run as a doctest, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
