@@ -4,6 +4,8 @@
 //! used only here, at the edge. Errors print one clear line and exit with code 2.
 
 mod cmd_chain;
+mod cmd_generate;
+mod cmd_models;
 mod cmd_replay;
 mod sampling_args;
 
@@ -23,6 +25,10 @@ enum Cmd {
     Chain(cmd_chain::ChainArgs),
     /// Replay a logit trace through a chain and print the chosen tokens as JSON.
     Replay(cmd_replay::ReplayArgs),
+    /// List, pull and locate the models gauge knows by name.
+    Models(cmd_models::ModelsArgs),
+    /// Generate text from a GGUF model with gauge's sampler chain.
+    Generate(cmd_generate::GenerateArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +36,8 @@ fn main() -> ExitCode {
     let res = match &cli.cmd {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
+        Cmd::Models(a) => cmd_models::run(a),
+        Cmd::Generate(a) => cmd_generate::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

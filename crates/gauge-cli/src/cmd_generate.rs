@@ -1,0 +1,74 @@
+//! `gauge generate`: stream a continuation from a real model, sampled by gauge's chain.
+
+use crate::sampling_args::SamplingArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use gauge_engine::generate::{GenerateRequest, Generator};
+use gauge_engine::{Model, ModelOptions};
+use gauge_sampling::Chain;
+use std::io::Write;
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Registry name (pulled on first use) or path to a GGUF file.
+    #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
+    pub model: String,
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    pub prompt: String,
+    /// Wrap the prompt in the model's chat template as one user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", visible_alias = "max-tokens", default_value_t = 128)]
+    pub n_predict: usize,
+    /// Keep generating past end-of-generation tokens (they are also banned, as in llama.cpp).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Context window in tokens.
+    #[arg(long, short = 'c', default_value_t = 2048)]
+    pub ctx_size: u32,
+    /// Print token ids and text as JSON at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+pub fn run(args: &GenerateArgs) -> Result<()> {
+    let mut params = args.sampling.to_params()?;
+    if args.ignore_eos {
+        params.ignore_eos = true;
+    }
+    let opts = ModelOptions { n_ctx: args.ctx_size, ..Default::default() };
+    let model = Arc::new(Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?);
+    params.validate(model.n_vocab())?;
+    let mut chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
+    eprintln!("sampler seed: {}", params.resolved_seed());
+    eprintln!("sampler params: \n{}", params.print_params());
+    eprintln!("sampler chain: {}", chain.describe());
+    let req = GenerateRequest {
+        prompt: args.prompt.clone(),
+        chat: args.chat,
+        max_tokens: Some(args.n_predict),
+        ignore_eos: args.ignore_eos,
+    };
+    let mut gen = Generator::new(model)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let json = args.json;
+    let result = gen.generate(&req, &mut chain, &mut |piece: &str| {
+        if json {
+            return true;
+        }
+        // a closed pipe stops generation quietly
+        out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_ok()
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        let _ = writeln!(out);
+    }
+    Ok(())
+}
