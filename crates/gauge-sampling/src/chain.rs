@@ -149,10 +149,16 @@ impl Chain {
                 self.apply(&mut cur);
             })
         };
-        let tok = cur.selected_token();
+        let chosen = cur.selected.and_then(|i| cur.as_slice().get(i)).copied();
         self.cur = cur;
         res?;
-        tok.ok_or_else(|| SamplingError::Empty("no candidate was selected (the chain has no terminal sampler, or every candidate was removed)".into()))
+        match chosen {
+            // Only possible when the stages masked every candidate (e.g. a logit-bias banning every
+            // finite token): llama.cpp's dist then returns a banned token with NaN p, gauge refuses.
+            Some(t) if t.logit == f32::NEG_INFINITY => Err(SamplingError::NoFiniteLogit),
+            Some(t) => Ok(t.id),
+            None => Err(SamplingError::Empty("no candidate was selected (the chain has no terminal sampler, or every candidate was removed)".into())),
+        }
     }
 
     /// Sparse stages on the raw row, then the first dense stage straight from the row when it can,
@@ -194,13 +200,17 @@ impl Chain {
     }
 
     /// Accept a generated token into every stage.
+    ///
+    /// This cannot fail, as in llama.cpp: an id outside `0..n_vocab` is recorded like any other
+    /// (it takes a place in the penalty and DRY windows) but matches no candidate, so it penalises
+    /// nothing. Check ids first where that matters (trace replay does).
     pub fn accept(&mut self, token: TokenId) {
         for st in self.stages.iter_mut() {
             st.accept(token);
         }
     }
 
-    /// Accept a prompt token into every stage.
+    /// Accept a prompt token into every stage (out-of-range ids: as [`Chain::accept`]).
     pub fn accept_prompt(&mut self, token: TokenId) {
         for st in self.stages.iter_mut() {
             st.accept_prompt(token);
@@ -370,6 +380,15 @@ fn build_chain(
     n_vocab: usize,
     vocab: Option<&dyn Vocab>,
 ) -> Result<Chain> {
+    // Refused here rather than at the first `sample`: an empty vocabulary could never sample, and
+    // ids beyond i32 would wrap in the candidate array.
+    if n_vocab == 0 || n_vocab > TokenId::MAX as usize {
+        return Err(SamplingError::param(
+            "n_vocab",
+            n_vocab,
+            "1..=2147483647 (a non-empty vocabulary of 32-bit token ids)",
+        ));
+    }
     p.validate(n_vocab)?;
     if let Some(v) = vocab {
         if v.n_vocab() != n_vocab {
