@@ -108,7 +108,7 @@ impl Chain {
         for block in logits.chunks(64) {
             let (mut b, mut f) = (false, false);
             for &x in block {
-                b |= !(x < f32::INFINITY); // NaN or +inf
+                b |= x.is_nan() | (x == f32::INFINITY);
                 f |= x > f32::NEG_INFINITY;
             }
             bad |= b;
