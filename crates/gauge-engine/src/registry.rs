@@ -568,6 +568,14 @@ impl Registry {
         if entry.kind == EntryKind::Model {
             check_gguf(tmp.path())?;
         }
+        // tempfile creates 0600; a cache entry is as readable as any file the user creates.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = tmp
+                .as_file()
+                .set_permissions(fs::Permissions::from_mode(0o644));
+        }
         tmp.as_file()
             .sync_all()
             .map_err(io_err("sync", tmp.path()))?;
