@@ -1,0 +1,391 @@
+//! The probe's configuration (every flag of `gauge probe`) and the plan of runs it implies.
+
+use crate::error::LabError;
+use crate::ops::{Op, Penalty};
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever a change would make old raw results incomparable: part of the run id, so an old
+/// run directory is never resumed by new code.
+pub const PROBE_FORMAT: u32 = 1;
+
+/// Every knob of the gauge probe. `Default` is the quick grid `gauge probe` runs with no flags.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Model label for reports and the run id; should identify the weights (name or file stem).
+    pub model: String,
+    /// The first N of the 200 prefixes.
+    pub prefixes: usize,
+    /// Greedy tokens per run (the note: 200).
+    pub tokens: usize,
+    /// θ grid; must contain 1.0, the validity gate.
+    pub thetas: Vec<f32>,
+    /// Operators to measure.
+    pub ops: Vec<Op>,
+    /// Gauge shift magnitude c: runs use +c and −c.
+    pub shift: f32,
+    /// α of the subtractive operator.
+    pub alpha: f32,
+    /// `None`: the note's seen set (prompt + all generated, no window). `Some(n)`: llama.cpp-style
+    /// window over the last n tokens of the history.
+    pub window: Option<usize>,
+    /// θ of the own-median zero-point flip (the note: 1.3).
+    pub zero_point_theta: f32,
+    /// Bootstrap resamples for the CI (the note: 10⁴).
+    pub bootstrap_resamples: usize,
+    /// Seed of the bootstrap (`random.Random(seed)`, the note: 0).
+    pub bootstrap_seed: u64,
+    /// Prefixes decoded together in one batch. Part of the experiment definition because batch
+    /// composition can change a real model's numerics; resumption restarts at this granularity.
+    pub batch_prefixes: usize,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            model: "SmolLM2-135M-Instruct.Q4_1".into(),
+            prefixes: 20,
+            tokens: 64,
+            thetas: vec![1.0, 1.3],
+            ops: Op::ALL.to_vec(),
+            shift: 5.0,
+            alpha: 1.0,
+            window: None,
+            zero_point_theta: 1.3,
+            bootstrap_resamples: 10_000,
+            bootstrap_seed: 0,
+            batch_prefixes: 10,
+        }
+    }
+}
+
+impl ProbeConfig {
+    /// The note's full A1 grid: 200 prefixes × 200 tokens, θ ∈ {1, 1.1, 1.3, 1.5}, three ops.
+    pub fn full_grid(model: &str) -> Self {
+        ProbeConfig {
+            model: model.into(),
+            prefixes: 200,
+            tokens: 200,
+            thetas: vec![1.0, 1.1, 1.3, 1.5],
+            ..ProbeConfig::default()
+        }
+    }
+
+    /// Check every field; errors name the field and the allowed range.
+    pub fn validate(&self) -> Result<(), LabError> {
+        let n_manifest = crate::prefixes::a1_prefixes().len();
+        if self.model.trim().is_empty() {
+            return Err(LabError::config("model", "\"\"", "a non-empty label"));
+        }
+        if self.prefixes == 0 || self.prefixes > n_manifest {
+            return Err(LabError::config(
+                "prefixes",
+                self.prefixes,
+                &format!("1..={n_manifest}"),
+            ));
+        }
+        if self.tokens == 0 || self.tokens > 100_000 {
+            return Err(LabError::config("tokens", self.tokens, "1..=100000"));
+        }
+        if self.thetas.is_empty() {
+            return Err(LabError::config(
+                "theta",
+                "[]",
+                "at least one θ, including 1.0",
+            ));
+        }
+        for (i, &t) in self.thetas.iter().enumerate() {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(LabError::config("theta", t, "finite values > 0"));
+            }
+            if self.thetas[..i].contains(&t) {
+                return Err(LabError::config("theta", t, "distinct values"));
+            }
+        }
+        if !self.thetas.contains(&1.0) {
+            return Err(LabError::config(
+                "theta",
+                format_list(&self.thetas),
+                "a grid containing 1.0: θ = 1 is the validity gate (every op must flip 0 there)",
+            ));
+        }
+        if self.ops.is_empty() {
+            return Err(LabError::config(
+                "ops",
+                "[]",
+                "one or more of ctrl, normalized, subtractive",
+            ));
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            if self.ops[..i].contains(op) {
+                return Err(LabError::config("ops", op, "distinct operators"));
+            }
+        }
+        if !(self.shift.is_finite() && self.shift > 0.0) {
+            return Err(LabError::config(
+                "shift",
+                self.shift,
+                "a finite value > 0 (runs use +c and −c)",
+            ));
+        }
+        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
+            return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
+        }
+        if !(self.zero_point_theta.is_finite() && self.zero_point_theta > 0.0) {
+            return Err(LabError::config(
+                "zero_point_theta",
+                self.zero_point_theta,
+                "finite values > 0",
+            ));
+        }
+        if self.bootstrap_resamples == 0 {
+            return Err(LabError::config("bootstrap_resamples", 0, ">= 1"));
+        }
+        if self.batch_prefixes == 0 {
+            return Err(LabError::config("batch_prefixes", 0, ">= 1"));
+        }
+        Ok(())
+    }
+
+    /// Deterministic run id: model label + hash of the whole configuration, so the same command
+    /// finds (and resumes) the same directory.
+    pub fn run_id(&self) -> String {
+        let json = serde_json::to_string(self).unwrap_or_default();
+        let h = fnv1a64(format!("gauge-probe/{PROBE_FORMAT}/{json}").as_bytes());
+        let label: String = self
+            .model
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(48)
+            .collect();
+        format!("probe-{label}-{:012x}", h & 0xffff_ffff_ffff)
+    }
+
+    /// Number of chunks of `batch_prefixes` prefixes.
+    pub fn n_chunks(&self) -> usize {
+        self.prefixes.div_ceil(self.batch_prefixes)
+    }
+
+    /// The prefix indices of chunk `k`.
+    pub fn chunk(&self, k: usize) -> std::ops::Range<usize> {
+        let a = k * self.batch_prefixes;
+        a..(a + self.batch_prefixes).min(self.prefixes)
+    }
+
+    /// The runs decoded for every prefix in the first (shared-tree) phase, in a fixed order.
+    pub fn flip_plan(&self) -> Vec<RunSpec> {
+        let mut v = Vec::new();
+        for &op in &self.ops {
+            for &theta in &self.thetas {
+                for c in [self.shift, -self.shift] {
+                    v.push(RunSpec {
+                        role: Role::Flip,
+                        op,
+                        theta,
+                        c,
+                        alpha: self.alpha,
+                    });
+                }
+            }
+        }
+        v.push(RunSpec {
+            role: Role::ZeroPoint,
+            op: Op::Ctrl,
+            theta: 1.0,
+            c: 0.0,
+            alpha: self.alpha,
+        });
+        v.push(RunSpec {
+            role: Role::ZpRef,
+            op: Op::Ctrl,
+            theta: self.zero_point_theta,
+            c: 0.0,
+            alpha: self.alpha,
+        });
+        v
+    }
+
+    /// The run of the second phase (own-median gauge), once the median top-1 logit is known.
+    pub fn natural_spec(&self, c_nat: f32) -> RunSpec {
+        RunSpec {
+            role: Role::ZpNatural,
+            op: Op::Ctrl,
+            theta: self.zero_point_theta,
+            c: c_nat,
+            alpha: self.alpha,
+        }
+    }
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// One side (±c) of a flip-rate condition.
+    Flip,
+    /// c = 0, θ = 1: the zero-point statistics (Table 1).
+    ZeroPoint,
+    /// c = 0 at the zero-point θ: reference of the own-median flip.
+    ZpRef,
+    /// c = −median top-1 at the zero-point θ: the own-median gauge.
+    ZpNatural,
+}
+
+/// One greedy decode of one prefix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunSpec {
+    pub role: Role,
+    pub op: Op,
+    pub theta: f32,
+    pub c: f32,
+    pub alpha: f32,
+}
+
+impl RunSpec {
+    /// The operator of this run.
+    pub fn penalty(&self) -> Penalty {
+        Penalty {
+            op: self.op,
+            theta: self.theta,
+            alpha: self.alpha,
+        }
+    }
+}
+
+fn format_list(v: &[f32]) -> String {
+    v.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// FNV-1a, 64 bit: stable across platforms and releases (unlike `DefaultHasher`).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_the_quick_grid_and_valid() {
+        let c = ProbeConfig::default();
+        c.validate().unwrap();
+        assert_eq!((c.prefixes, c.tokens), (20, 64));
+        assert_eq!(c.thetas, vec![1.0, 1.3]);
+        assert_eq!(c.ops, Op::ALL.to_vec());
+        ProbeConfig::full_grid("m").validate().unwrap();
+    }
+
+    #[test]
+    fn run_id_is_deterministic_and_config_sensitive() {
+        let a = ProbeConfig::default();
+        assert_eq!(a.run_id(), ProbeConfig::default().run_id());
+        let b = ProbeConfig {
+            tokens: 65,
+            ..a.clone()
+        };
+        assert_ne!(a.run_id(), b.run_id());
+        assert!(a.run_id().starts_with("probe-SmolLM2-135M-Instruct.Q4_1-"));
+        let odd = ProbeConfig {
+            model: "a/b c".into(),
+            ..a
+        };
+        assert!(odd.run_id().starts_with("probe-a_b_c-"));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let bad = |c: ProbeConfig, field: &str| match c.validate() {
+            Err(LabError::Config { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        };
+        let d = ProbeConfig::default;
+        bad(
+            ProbeConfig {
+                thetas: vec![1.3],
+                ..d()
+            },
+            "theta",
+        );
+        bad(
+            ProbeConfig {
+                thetas: vec![1.0, f32::NAN],
+                ..d()
+            },
+            "theta",
+        );
+        bad(
+            ProbeConfig {
+                thetas: vec![1.0, 1.0],
+                ..d()
+            },
+            "theta",
+        );
+        bad(ProbeConfig { prefixes: 0, ..d() }, "prefixes");
+        bad(
+            ProbeConfig {
+                prefixes: 201,
+                ..d()
+            },
+            "prefixes",
+        );
+        bad(ProbeConfig { tokens: 0, ..d() }, "tokens");
+        bad(ProbeConfig { shift: 0.0, ..d() }, "shift");
+        bad(ProbeConfig { alpha: -1.0, ..d() }, "alpha");
+        bad(ProbeConfig { ops: vec![], ..d() }, "ops");
+        bad(
+            ProbeConfig {
+                ops: vec![Op::Ctrl, Op::Ctrl],
+                ..d()
+            },
+            "ops",
+        );
+        bad(
+            ProbeConfig {
+                batch_prefixes: 0,
+                ..d()
+            },
+            "batch_prefixes",
+        );
+        bad(
+            ProbeConfig {
+                model: " ".into(),
+                ..d()
+            },
+            "model",
+        );
+    }
+
+    #[test]
+    fn chunks_cover_every_prefix_once() {
+        let c = ProbeConfig {
+            prefixes: 23,
+            batch_prefixes: 10,
+            ..ProbeConfig::default()
+        };
+        assert_eq!(c.n_chunks(), 3);
+        let all: Vec<usize> = (0..c.n_chunks()).flat_map(|k| c.chunk(k)).collect();
+        assert_eq!(all, (0..23).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn plan_has_both_signs_per_condition_plus_zero_point_runs() {
+        let c = ProbeConfig::default();
+        let p = c.flip_plan();
+        assert_eq!(p.len(), 3 * 2 * 2 + 2);
+        assert_eq!(p[0].c, 5.0);
+        assert_eq!(p[1].c, -5.0);
+        assert_eq!(p[12].role, Role::ZeroPoint);
+        assert_eq!((p[13].role, p[13].theta, p[13].c), (Role::ZpRef, 1.3, 0.0));
+    }
+}

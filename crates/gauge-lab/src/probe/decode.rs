@@ -1,0 +1,297 @@
+//! The shared decode tree: every run of a prefix starts as ONE sequence; at each step each run
+//! applies its own operator to the shared row and picks a token; runs are grouped by the token they
+//! picked, and a group that splits forks its sequence (the source copies the KV cache). All live
+//! sequences of all prefixes of a chunk are evaluated by one `step()`.
+//!
+//! Runs that produced the same tokens so far have the same history, hence the same row and the same
+//! seen set, so sharing changes no decision: the unshared mode (one sequence per run, reference
+//! operators on materialised rows) exists to prove that in tests.
+//!
+//! Work accounting: every evaluated token is charged to the run that owns the sequence (the first
+//! run of its group), so per-run counts add up to the source's total and survive resumption.
+
+use crate::error::LabError;
+use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
+use crate::probe::config::{Role, RunSpec};
+use gauge_engine::{LogitSource, SeqId};
+use gauge_sampling::TokenId;
+
+/// One prefix to decode with a list of runs.
+pub(crate) struct PrefixJob<'a> {
+    pub prompt: &'a [TokenId],
+    pub specs: &'a [RunSpec],
+}
+
+/// Per-step zero-point facts of the c = 0, θ = 1 run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ZpFacts {
+    /// Max raw logit at every step.
+    pub top1: Vec<f32>,
+    /// Σ over steps of #{i ∈ S : z_i > 0}, before the step's token joins S.
+    pub seen_positive: u64,
+    /// Σ over steps of |S|.
+    pub seen_total: u64,
+}
+
+/// What one run produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RunResult {
+    pub tokens: Vec<TokenId>,
+    pub forward_tokens: u64,
+    pub zp: Option<ZpFacts>,
+}
+
+/// How to decode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecodeOptions {
+    pub tokens: usize,
+    pub window: Option<usize>,
+    /// Share sequences between runs that agree (the fast path) or give every run its own.
+    pub sharing: bool,
+    /// Use the reference operators on materialised rows instead of the O(|S|) fast path.
+    pub naive_ops: bool,
+}
+
+struct Group {
+    seq: SeqId,
+    runs: Vec<usize>,
+    seen: SeenSet,
+}
+
+struct PrefixState {
+    groups: Vec<Group>,
+    results: Vec<RunResult>,
+}
+
+/// Reused buffers: a step allocates nothing unless a group splits.
+#[derive(Default)]
+struct Scratch {
+    picks: Vec<TokenId>,
+    evals: Vec<ShiftEval>,
+    row: Vec<f32>,
+}
+
+/// Decode all `jobs` together for `opts.tokens` steps. `on_step` is told after every step.
+pub(crate) fn decode_chunk(
+    source: &mut dyn LogitSource,
+    jobs: &[PrefixJob<'_>],
+    opts: DecodeOptions,
+    on_step: &mut dyn FnMut(),
+) -> Result<Vec<Vec<RunResult>>, LabError> {
+    let mut states: Vec<PrefixState> = Vec::with_capacity(jobs.len());
+    let out = decode_inner(source, jobs, opts, on_step, &mut states);
+    // Free every sequence on success and on error alike, so a failed chunk leaks nothing.
+    let mut free_err = None;
+    for st in &states {
+        for g in &st.groups {
+            if let Err(e) = source.free(g.seq) {
+                free_err.get_or_insert(e);
+            }
+        }
+    }
+    out?;
+    if let Some(e) = free_err {
+        return Err(e.into());
+    }
+    Ok(states.into_iter().map(|s| s.results).collect())
+}
+
+fn decode_inner(
+    source: &mut dyn LogitSource,
+    jobs: &[PrefixJob<'_>],
+    opts: DecodeOptions,
+    on_step: &mut dyn FnMut(),
+    states: &mut Vec<PrefixState>,
+) -> Result<(), LabError> {
+    let n_vocab = source.n_vocab();
+    // Prefill: one sequence per prefix (or per run when unshared), all in one batch.
+    for job in jobs {
+        let mut st = PrefixState {
+            groups: Vec::new(),
+            results: job
+                .specs
+                .iter()
+                .map(|s| RunResult {
+                    tokens: Vec::with_capacity(opts.tokens),
+                    forward_tokens: 0,
+                    zp: (s.role == Role::ZeroPoint).then(|| ZpFacts {
+                        top1: Vec::with_capacity(opts.tokens),
+                        ..Default::default()
+                    }),
+                })
+                .collect(),
+        };
+        let mut seen = SeenSet::new(n_vocab, opts.window);
+        for &t in job.prompt {
+            seen.accept(t);
+        }
+        let partition: Vec<Vec<usize>> = if opts.sharing {
+            vec![(0..job.specs.len()).collect()]
+        } else {
+            (0..job.specs.len()).map(|r| vec![r]).collect()
+        };
+        for runs in partition {
+            let seq = source.new_sequence()?;
+            // Registered before the push so it is freed even if the push fails.
+            st.groups.push(Group {
+                seq,
+                runs,
+                seen: seen.clone(),
+            });
+            source.push(seq, job.prompt)?;
+            let owner = st.groups.last().map(|g| g.runs[0]).unwrap_or(0);
+            st.results[owner].forward_tokens += job.prompt.len() as u64;
+        }
+        states.push(st);
+    }
+    source.step()?;
+
+    let mut sc = Scratch::default();
+    for t in 0..opts.tokens {
+        let last = t + 1 == opts.tokens;
+        for (job, st) in jobs.iter().zip(states.iter_mut()) {
+            let n_groups = st.groups.len();
+            for gi in 0..n_groups {
+                decide(
+                    source,
+                    job.specs,
+                    &mut st.groups[gi],
+                    &mut st.results,
+                    opts,
+                    &mut sc,
+                )?;
+                for (k, &r) in st.groups[gi].runs.iter().enumerate() {
+                    st.results[r].tokens.push(sc.picks[k]);
+                }
+                if !last {
+                    advance(source, st, gi, &sc.picks)?;
+                }
+            }
+        }
+        if !last {
+            source.step()?;
+        }
+        on_step();
+    }
+    Ok(())
+}
+
+/// Fill `sc.picks` with each run's greedy token on the group's current row.
+fn decide(
+    source: &dyn LogitSource,
+    specs: &[RunSpec],
+    g: &mut Group,
+    results: &mut [RunResult],
+    opts: DecodeOptions,
+    sc: &mut Scratch,
+) -> Result<(), LabError> {
+    let row = source.logits(g.seq)?;
+    let n = source.n_vocab();
+    if row.len() != n || n == 0 {
+        return Err(gauge_engine::SourceError::Backend(format!(
+            "logit row of {} entries, n_vocab = {n}",
+            row.len()
+        ))
+        .into());
+    }
+    sc.picks.clear();
+    sc.evals.clear();
+    for &r in &g.runs {
+        let spec = &specs[r];
+        let pen = spec.penalty();
+        let naive = opts.naive_ops || !is_fast(spec.op);
+        let pick = if naive {
+            apply_row(row, spec.c, &pen, g.seen.members(), &mut sc.row);
+            argmax_first(&sc.row)
+        } else {
+            let bits = spec.c.to_bits();
+            let idx = match sc.evals.iter().position(|e| e.c.to_bits() == bits) {
+                Some(i) => i,
+                None => {
+                    let with_norm = g
+                        .runs
+                        .iter()
+                        .any(|&q| specs[q].op == Op::Normalized && specs[q].c.to_bits() == bits);
+                    sc.evals
+                        .push(ShiftEval::new(row, spec.c, &g.seen, with_norm));
+                    sc.evals.len() - 1
+                }
+            };
+            sc.evals[idx].pick(row, &pen, &g.seen)
+        };
+        // A row of n >= 1 entries always has a maximum.
+        sc.picks.push(pick.unwrap_or(0) as TokenId);
+        if let Some(zp) = results[r].zp.as_mut() {
+            zp.top1
+                .push(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            zp.seen_positive += g
+                .seen
+                .members()
+                .iter()
+                .filter(|&&m| row[m as usize] > 0.0)
+                .count() as u64;
+            zp.seen_total += g.seen.len() as u64;
+        }
+    }
+    Ok(())
+}
+
+/// Ops with an O(|S|) fast path; anything else is decided on a materialised row.
+fn is_fast(op: Op) -> bool {
+    matches!(op, Op::Ctrl | Op::Normalized | Op::Subtractive)
+}
+
+/// Append the picked tokens: one push if the group agrees, else fork per distinct token.
+fn advance(
+    source: &mut dyn LogitSource,
+    st: &mut PrefixState,
+    gi: usize,
+    picks: &[TokenId],
+) -> Result<(), LabError> {
+    let first = picks[0];
+    if picks.iter().all(|&p| p == first) {
+        let g = &mut st.groups[gi];
+        source.push(g.seq, &[first])?;
+        g.seen.accept(first);
+        st.results[g.runs[0]].forward_tokens += 1;
+        return Ok(());
+    }
+    // Split: runs keep their relative order; the group of the first run keeps the sequence.
+    let mut tokens: Vec<TokenId> = Vec::new();
+    for &p in picks {
+        if !tokens.contains(&p) {
+            tokens.push(p);
+        }
+    }
+    let runs = std::mem::take(&mut st.groups[gi].runs);
+    let parent = st.groups[gi].seq;
+    for &tok in &tokens[1..] {
+        let sub: Vec<usize> = runs
+            .iter()
+            .zip(picks)
+            .filter(|(_, &p)| p == tok)
+            .map(|(&r, _)| r)
+            .collect();
+        let child = source.fork(parent)?;
+        let mut seen = st.groups[gi].seen.clone();
+        seen.accept(tok);
+        st.results[sub[0]].forward_tokens += 1;
+        st.groups.push(Group {
+            seq: child,
+            runs: sub,
+            seen,
+        });
+        source.push(child, &[tok])?;
+    }
+    let g = &mut st.groups[gi];
+    g.runs = runs
+        .iter()
+        .zip(picks)
+        .filter(|(_, &p)| p == first)
+        .map(|(&r, _)| r)
+        .collect();
+    source.push(parent, &[first])?;
+    g.seen.accept(first);
+    st.results[g.runs[0]].forward_tokens += 1;
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! `gauge probe` — A1, the gauge probe (PROTOCOL §4).
+//!
+//! Greedy decoding from each prefix, the same model twice at the same θ: once with `+c` added to
+//! every logit and once with `−c`, before the penalty. The flip rate is the fraction of positions
+//! where the two runs chose different tokens (every position counts, also after the first
+//! divergence). At θ = 1 every op must flip exactly 0 (the validity gate), otherwise the run fails
+//! loudly. The same decode also yields the zero-point statistics (the note's Table 1) and the
+//! repetition rate per (op, θ) (the loop check).
+//!
+//! # How the work is shared
+//! For one prefix, all (op, θ, ±c) runs start as ONE sequence with one prefill. At each step every
+//! run applies its own operator to the shared row; runs are grouped by the token they chose and a
+//! group that splits forks its KV cache. All groups of a chunk of prefixes decode in one batch. At
+//! θ = 1, and for the invariant operators at any θ, the ±c runs never split, so they cost one
+//! decode. `summary.json` reports the forward tokens actually evaluated next to a naive count.
+//!
+//! The own-median zero-point flip needs the median top-1 logit of the whole c = 0 decode, so it is
+//! a second phase that starts after the first has finished.
+//!
+//! # Outputs and resumption
+//! `results/<run-id>/` (the id is the model label plus a hash of the configuration) holds
+//! `config.json`, `raw.jsonl` (one line per decoded run), `summary.json`, `REPORT.md` and plots.
+//! Chunks of `batch_prefixes` prefixes are the unit of work: a chunk's lines are appended durably
+//! once it is complete, and the same command started again skips complete chunks.
+
+mod analysis;
+mod config;
+mod decode;
+mod raw;
+
+pub use analysis::{analyze, f32_to_decimal_f64, Analysis, ConditionDetail, ZeroPointDetail};
+pub use config::{fnv1a64, ProbeConfig, Role, RunSpec, PROBE_FORMAT};
+pub use raw::{RawLine, RawZeroPoint};
+
+use crate::error::LabError;
+use crate::ops::Op;
+use crate::prefixes::a1_prefixes;
+use crate::stats::repeats;
+use decode::{decode_chunk, DecodeOptions, PrefixJob};
+use gauge_engine::LogitSource;
+use gauge_sampling::TokenId;
+use indicatif::{ProgressBar, ProgressStyle};
+use raw::{write_atomic, RunDir};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One (op, θ) condition: the `--json` shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionSummary {
+    pub op: Op,
+    /// θ as typed (the f32 the run used, printed as its shortest decimal: 1.3, not 1.2999999523).
+    pub theta: f64,
+    /// Pooled Σ flips / Σ positions over prefixes.
+    pub flip_rate: f64,
+    /// 95% percentile-bootstrap interval of the mean per-prefix flip rate.
+    pub ci95: [f64; 2],
+    /// Positions compared (prefixes × tokens).
+    pub positions: u64,
+    /// Median first-divergence position among prefixes whose ±c runs diverge (`null` if none).
+    pub median_first_divergence: Option<f64>,
+    /// Mean over the condition's runs of the fraction of generated tokens already seen.
+    pub rep_rate: f64,
+}
+
+/// The note's Table 1 for this model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ZeroPointSummary {
+    /// Pooled fraction of seen-token logits that are positive (c = 0, θ = 1 decode).
+    pub positive_fraction: f64,
+    /// Median over all steps of the top-1 logit.
+    pub median_top1_logit: f64,
+    /// Flip rate of c = 0 vs c = −median top-1 at the zero-point θ (ctrl).
+    pub own_median_flip_rate: f64,
+}
+
+/// Result of a probe run: exactly what `gauge probe --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSummary {
+    pub model: String,
+    pub conditions: Vec<ConditionSummary>,
+    pub zero_point: ZeroPointSummary,
+    /// Tokens the model evaluated (prefill + decode) with sharing.
+    pub forward_tokens: u64,
+    /// Tokens an unshared run (every run its own prefill and decode) would evaluate.
+    pub naive_forward_tokens: u64,
+}
+
+/// How to run, beyond what is measured.
+#[derive(Debug, Clone, Copy)]
+pub struct RunControl {
+    /// Draw progress bars on stderr.
+    pub progress: bool,
+    /// Stop with [`LabError::Aborted`] after this many chunks were decoded by this call (tests of
+    /// resumption).
+    pub abort_after_chunks: Option<usize>,
+    /// Share sequences between agreeing runs (default). `false` decodes every run on its own
+    /// sequence with the reference operators: the naive run that validates the sharing logic.
+    pub sharing: bool,
+    /// Write plots (SVG + PNG).
+    pub plots: bool,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        RunControl {
+            progress: false,
+            abort_after_chunks: None,
+            sharing: true,
+            plots: true,
+        }
+    }
+}
+
+/// The directory a configuration writes to.
+pub fn run_dir(out_root: &Path, cfg: &ProbeConfig) -> PathBuf {
+    out_root.join(cfg.run_id())
+}
+
+/// Run (or resume) the probe. See [`run_probe_with`].
+pub fn run_probe(
+    source: &mut dyn LogitSource,
+    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
+    cfg: &ProbeConfig,
+    out_root: &Path,
+    progress: bool,
+) -> Result<ProbeSummary, LabError> {
+    run_probe_with(
+        source,
+        tokenize,
+        cfg,
+        out_root,
+        &RunControl {
+            progress,
+            ..RunControl::default()
+        },
+    )
+}
+
+/// Run (or resume) the probe on `source`, tokenizing the prefixes with `tokenize`, writing
+/// `out_root/<run-id>/`. Returns the summary, or [`LabError::GateFailed`] (after writing every
+/// output) if an operator flips at θ = 1.
+pub fn run_probe_with(
+    source: &mut dyn LogitSource,
+    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
+    cfg: &ProbeConfig,
+    out_root: &Path,
+    ctl: &RunControl,
+) -> Result<ProbeSummary, LabError> {
+    cfg.validate()?;
+    let n_vocab = source.n_vocab();
+    let prompts = tokenize_prefixes(tokenize, cfg, n_vocab)?;
+    let mut dir = RunDir::open(out_root, cfg)?;
+    let opts = DecodeOptions {
+        tokens: cfg.tokens,
+        window: cfg.window,
+        sharing: ctl.sharing,
+        naive_ops: !ctl.sharing,
+    };
+    let mut chunks_run = 0usize;
+
+    // Phase 1: every flip condition plus the zero-point runs, shared per prefix.
+    let plan = cfg.flip_plan();
+    let done = dir.done_chunks(false);
+    let bar = phase_bar(
+        ctl.progress,
+        cfg,
+        &format!("A1 {} ", describe_grid(cfg)),
+        done.len(),
+        &dir,
+        false,
+    );
+    for k in 0..cfg.n_chunks() {
+        if done.contains(&k) {
+            continue;
+        }
+        check_abort(ctl, chunks_run)?;
+        let specs: Vec<Vec<RunSpec>> = cfg.chunk(k).map(|_| plan.clone()).collect();
+        let lines = run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)?;
+        dir.append(lines)?;
+        chunks_run += 1;
+    }
+    bar.finish_and_clear();
+
+    // Phase 2: the own-median gauge, c = −median top-1 of the c = 0, θ = 1 decode.
+    let med = analysis::median_top1(&dir.lines)
+        .ok_or_else(|| LabError::config("tokens", cfg.tokens, "a decode with at least one step"))?;
+    let c_nat = -(med as f32);
+    if !c_nat.is_finite() {
+        return Err(
+            gauge_engine::SourceError::Backend(format!("median top-1 logit is {med}")).into(),
+        );
+    }
+    let nat_spec = [cfg.natural_spec(c_nat)];
+    let done = dir.done_chunks(true);
+    let bar = phase_bar(
+        ctl.progress,
+        cfg,
+        "A1 own-median gauge ",
+        done.len(),
+        &dir,
+        true,
+    );
+    for k in 0..cfg.n_chunks() {
+        if done.contains(&k) {
+            continue;
+        }
+        check_abort(ctl, chunks_run)?;
+        let specs: Vec<Vec<RunSpec>> = cfg.chunk(k).map(|_| nat_spec.to_vec()).collect();
+        let lines = run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)?;
+        dir.append(lines)?;
+        chunks_run += 1;
+    }
+    bar.finish_and_clear();
+
+    let analysis = analyze(cfg, &dir.lines);
+    write_outputs(&dir.dir, cfg, &analysis, ctl.plots)?;
+    if let Some(details) = analysis.gate_failure() {
+        return Err(LabError::GateFailed { details });
+    }
+    Ok(analysis.summary)
+}
+
+fn check_abort(ctl: &RunControl, chunks_run: usize) -> Result<(), LabError> {
+    match ctl.abort_after_chunks {
+        Some(n) if chunks_run >= n => Err(LabError::Aborted { chunks: chunks_run }),
+        _ => Ok(()),
+    }
+}
+
+fn describe_grid(cfg: &ProbeConfig) -> String {
+    let ops: Vec<&str> = cfg.ops.iter().map(|o| o.name()).collect();
+    let th: Vec<String> = cfg.thetas.iter().map(|t| t.to_string()).collect();
+    format!(
+        "{} × θ {{{}}} × ±{}",
+        ops.join(","),
+        th.join(","),
+        cfg.shift
+    )
+}
+
+fn phase_bar(
+    progress: bool,
+    cfg: &ProbeConfig,
+    label: &str,
+    done_chunks: usize,
+    dir: &RunDir,
+    natural: bool,
+) -> ProgressBar {
+    if !progress {
+        return ProgressBar::hidden();
+    }
+    let total = (cfg.prefixes * cfg.tokens) as u64;
+    let done_prefixes = dir
+        .lines
+        .iter()
+        .filter(|l| l.is_natural() == natural && l.run == 0)
+        .count();
+    let _ = done_chunks;
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix}[{elapsed_precise}] {wide_bar} {pos}/{len} prefix-positions, ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(label.to_string());
+    bar.set_position((done_prefixes * cfg.tokens) as u64);
+    bar
+}
+
+fn tokenize_prefixes(
+    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
+    cfg: &ProbeConfig,
+    n_vocab: usize,
+) -> Result<Vec<Vec<TokenId>>, LabError> {
+    let mut out = Vec::with_capacity(cfg.prefixes);
+    for p in &a1_prefixes()[..cfg.prefixes] {
+        let ids = tokenize(&p.prefix_text).map_err(|message| LabError::Tokenize {
+            prefix: p.index,
+            message,
+        })?;
+        if ids.is_empty() {
+            return Err(LabError::Tokenize {
+                prefix: p.index,
+                message: "no tokens".into(),
+            });
+        }
+        if let Some(&t) = ids.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+            return Err(LabError::Tokenize {
+                prefix: p.index,
+                message: format!("token {t} outside the vocabulary ({n_vocab})"),
+            });
+        }
+        out.push(ids);
+    }
+    Ok(out)
+}
+
+/// Decode chunk `k` with `specs[i]` for its i-th prefix and turn the results into raw lines.
+fn run_chunk(
+    source: &mut dyn LogitSource,
+    cfg: &ProbeConfig,
+    prompts: &[Vec<TokenId>],
+    k: usize,
+    specs: &[Vec<RunSpec>],
+    opts: DecodeOptions,
+    bar: &ProgressBar,
+) -> Result<Vec<RawLine>, LabError> {
+    let range = cfg.chunk(k);
+    let jobs: Vec<PrefixJob<'_>> = range
+        .clone()
+        .zip(specs)
+        .map(|(p, s)| PrefixJob {
+            prompt: &prompts[p],
+            specs: s,
+        })
+        .collect();
+    let n = jobs.len() as u64;
+    let results = decode_chunk(source, &jobs, opts, &mut || bar.inc(n))?;
+    let mut lines = Vec::new();
+    for ((p, s), res) in range.zip(specs).zip(results) {
+        let prompt = &prompts[p];
+        for (run, (spec, r)) in s.iter().zip(res).enumerate() {
+            lines.push(RawLine {
+                chunk: k,
+                prefix: p,
+                run,
+                role: spec.role,
+                op: spec.op,
+                theta: spec.theta,
+                c: spec.c,
+                prompt: prompt.clone(),
+                repeats: repeats(prompt, &r.tokens),
+                tokens: r.tokens,
+                forward_tokens: r.forward_tokens,
+                naive_forward_tokens: (prompt.len() + cfg.tokens - 1) as u64,
+                zero_point: r.zp.map(Into::into),
+            });
+        }
+    }
+    Ok(lines)
+}
+
+/// `summary.json`, `REPORT.md` and the plots.
+fn write_outputs(dir: &Path, cfg: &ProbeConfig, a: &Analysis, plots: bool) -> Result<(), LabError> {
+    let json = serde_json::to_string_pretty(&a.summary).map_err(|e| LabError::Parse {
+        path: dir.join("summary.json"),
+        line: 0,
+        message: e.to_string(),
+    })? + "\n";
+    write_atomic(&dir.join("summary.json"), json.as_bytes())?;
+    let plot_names = if plots {
+        crate::report::write_probe_plots(dir, a)?
+    } else {
+        Vec::new()
+    };
+    let report = crate::report::probe_report(cfg, a, &plot_names);
+    write_atomic(&dir.join("REPORT.md"), report.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{word_tokenizer, HashSource, HashSourceConfig};
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("gauge-lab-unit-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn gate_fails_loudly_on_a_gauge_dependent_op_and_still_writes_the_report() {
+        let cfg = ProbeConfig {
+            model: "noisy".into(),
+            prefixes: 4,
+            tokens: 12,
+            ops: vec![Op::Ctrl, Op::TestNoise],
+            bootstrap_resamples: 100,
+            ..ProbeConfig::default()
+        };
+        let mut src = HashSource::new(HashSourceConfig::default());
+        let mut tok = word_tokenizer(src.n_vocab());
+        let root = tmp("gate");
+        let ctl = RunControl {
+            plots: false,
+            ..RunControl::default()
+        };
+        match run_probe_with(&mut src, &mut tok, &cfg, &root, &ctl) {
+            Err(LabError::GateFailed { details }) => {
+                assert!(details.contains("test_noise flipped"), "{details}");
+                assert!(
+                    !details.contains("ctrl"),
+                    "ctrl is invariant at θ = 1: {details}"
+                );
+            }
+            other => panic!("expected the gate to fail, got {other:?}"),
+        }
+        let report = std::fs::read_to_string(run_dir(&root, &cfg).join("REPORT.md")).unwrap();
+        assert!(report.contains("FAIL"));
+        assert!(run_dir(&root, &cfg).join("summary.json").is_file());
+    }
+
+    #[test]
+    fn gate_passes_for_the_three_operators() {
+        let cfg = ProbeConfig {
+            model: "clean".into(),
+            prefixes: 4,
+            tokens: 12,
+            bootstrap_resamples: 100,
+            ..ProbeConfig::default()
+        };
+        let mut src = HashSource::new(HashSourceConfig::default());
+        let mut tok = word_tokenizer(src.n_vocab());
+        let ctl = RunControl {
+            plots: false,
+            ..RunControl::default()
+        };
+        let s = run_probe_with(&mut src, &mut tok, &cfg, &tmp("gate-ok"), &ctl).unwrap();
+        assert!(s
+            .conditions
+            .iter()
+            .filter(|c| c.theta == 1.0)
+            .all(|c| c.flip_rate == 0.0 && c.positions == 48));
+    }
+}

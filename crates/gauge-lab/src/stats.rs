@@ -1,0 +1,241 @@
+//! Statistics of the probe, defined as the note's analysis scripts define them (PROTOCOL §4, §6).
+//!
+//! * Flip rate: position-wise mismatches of two token streams over `min(len)` positions, no
+//!   re-alignment after the first divergence; pooled as Σ flips / Σ positions.
+//! * CI: percentile bootstrap of the mean of per-prefix rates, 10⁴ resamples drawn with Python's
+//!   `random.Random(seed).randrange(n)`, sorted means at indices `int(0.025·B)` and `int(0.975·B)`.
+//!   [`PyRandom`] reproduces CPython's generator (MT19937, `init_by_array` seeding,
+//!   `getrandbits`-based `randrange`) so the same per-prefix rates give the same interval as the
+//!   note's scripts.
+//! * Median: Python `statistics.median` (mean of the two middle values for an even count).
+//! * Repetition rate ("loop check"): the fraction of generated tokens already in the prompt ∪
+//!   earlier generated tokens.
+
+use gauge_sampling::TokenId;
+use std::collections::HashSet;
+
+/// Flips and compared positions between two streams (`min(len)` positions).
+pub fn flips(a: &[TokenId], b: &[TokenId]) -> (u64, u64) {
+    let k = a.len().min(b.len());
+    let f = a[..k].iter().zip(&b[..k]).filter(|(x, y)| x != y).count();
+    (f as u64, k as u64)
+}
+
+/// The first position where the streams differ (0-indexed generated offset), if any.
+pub fn first_divergence(a: &[TokenId], b: &[TokenId]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
+
+/// Python `statistics.median`; `None` for no data.
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Repeats in a generated stream: tokens already in prompt ∪ earlier generated tokens.
+pub fn repeats(prompt: &[TokenId], generated: &[TokenId]) -> u64 {
+    let mut seen: HashSet<TokenId> = prompt.iter().copied().collect();
+    let mut r = 0;
+    for &t in generated {
+        if !seen.insert(t) {
+            r += 1;
+        }
+    }
+    r
+}
+
+/// CPython's `random.Random`: MT19937 seeded through `init_by_array` with the seed's 32-bit words.
+#[derive(Debug, Clone)]
+pub struct PyRandom {
+    mt: [u32; 624],
+    index: usize,
+}
+
+impl PyRandom {
+    /// `random.Random(seed)` for a non-negative integer seed.
+    pub fn new(seed: u64) -> Self {
+        let mut key = vec![seed as u32];
+        if seed >> 32 != 0 {
+            key.push((seed >> 32) as u32);
+        }
+        let mut r = PyRandom {
+            mt: [0; 624],
+            index: 624,
+        };
+        r.init_by_array(&key);
+        r
+    }
+
+    fn init_genrand(&mut self, s: u32) {
+        self.mt[0] = s;
+        for i in 1..624 {
+            let prev = self.mt[i - 1];
+            self.mt[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
+        }
+        self.index = 624;
+    }
+
+    fn init_by_array(&mut self, key: &[u32]) {
+        self.init_genrand(19_650_218);
+        let n = 624;
+        let (mut i, mut j) = (1usize, 0usize);
+        for _ in 0..n.max(key.len()) {
+            let prev = self.mt[i - 1];
+            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_664_525))
+                .wrapping_add(key[j])
+                .wrapping_add(j as u32);
+            i += 1;
+            j += 1;
+            if i >= n {
+                self.mt[0] = self.mt[n - 1];
+                i = 1;
+            }
+            if j >= key.len() {
+                j = 0;
+            }
+        }
+        for _ in 0..n - 1 {
+            let prev = self.mt[i - 1];
+            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941))
+                .wrapping_sub(i as u32);
+            i += 1;
+            if i >= n {
+                self.mt[0] = self.mt[n - 1];
+                i = 1;
+            }
+        }
+        self.mt[0] = 0x8000_0000;
+        self.index = 624;
+    }
+
+    fn twist(&mut self) {
+        for i in 0..624 {
+            let y = (self.mt[i] & 0x8000_0000) | (self.mt[(i + 1) % 624] & 0x7fff_ffff);
+            let mut v = self.mt[(i + 397) % 624] ^ (y >> 1);
+            if y & 1 != 0 {
+                v ^= 0x9908_b0df;
+            }
+            self.mt[i] = v;
+        }
+        self.index = 0;
+    }
+
+    /// The next 32-bit output (`genrand_uint32`).
+    pub fn next_u32(&mut self) -> u32 {
+        if self.index >= 624 {
+            self.twist();
+        }
+        let mut y = self.mt[self.index];
+        self.index += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^= y >> 18;
+        y
+    }
+
+    /// `getrandbits(k)` for `1 <= k <= 32`.
+    pub fn getrandbits(&mut self, k: u32) -> u32 {
+        debug_assert!((1..=32).contains(&k));
+        self.next_u32() >> (32 - k)
+    }
+
+    /// `randrange(n)` for `1 <= n < 2³²` (`_randbelow_with_getrandbits`: rejection on
+    /// `n.bit_length()` bits).
+    pub fn randrange(&mut self, n: u32) -> u32 {
+        if n <= 1 {
+            // Python draws getrandbits(1) for n = 1 and rejects until 0; the value is 0 either way
+            // but the draw advances the stream.
+            if n == 1 {
+                while self.getrandbits(1) >= 1 {}
+            }
+            return 0;
+        }
+        let k = 32 - n.leading_zeros();
+        loop {
+            let r = self.getrandbits(k);
+            if r < n {
+                return r;
+            }
+        }
+    }
+}
+
+/// Percentile-bootstrap 95% interval of the mean of `per` (the note's `boot_ci`): `resamples`
+/// resampled means from `PyRandom::new(seed)`, sorted, at indices `int(0.025·B)` and `int(0.975·B)`.
+/// Sums are sequential f64 additions, as in Python 3.11's `sum`.
+pub fn bootstrap_ci(per: &[f64], resamples: usize, seed: u64) -> [f64; 2] {
+    let m = per.len();
+    if m == 0 || resamples == 0 {
+        return [0.0, 0.0];
+    }
+    let mut rng = PyRandom::new(seed);
+    let mut means = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        let mut s = 0.0f64;
+        for _ in 0..m {
+            s += per[rng.randrange(m as u32) as usize];
+        }
+        means.push(s / m as f64);
+    }
+    means.sort_by(|a, b| a.total_cmp(b));
+    let lo = ((0.025 * resamples as f64) as usize).min(resamples - 1);
+    let hi = ((0.975 * resamples as f64) as usize).min(resamples - 1);
+    [means[lo], means[hi]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flips_count_every_position_after_divergence() {
+        let a = [1, 2, 3, 4, 5];
+        let b = [1, 2, 9, 4, 7];
+        assert_eq!(flips(&a, &b), (2, 5));
+        assert_eq!(first_divergence(&a, &b), Some(2));
+        assert_eq!(first_divergence(&a, &a), None);
+        assert_eq!(flips(&a, &b[..3]), (1, 3));
+    }
+
+    #[test]
+    fn median_matches_python_statistics() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn repeats_count_prompt_and_earlier_generated_tokens() {
+        assert_eq!(repeats(&[1, 2], &[3, 1, 3, 4, 4]), 3);
+        assert_eq!(repeats(&[], &[5, 6, 7]), 0);
+    }
+
+    #[test]
+    fn bootstrap_of_constant_rates_is_degenerate() {
+        assert_eq!(bootstrap_ci(&[0.25; 17], 1000, 0), [0.25, 0.25]);
+        assert_eq!(bootstrap_ci(&[0.5], 10, 3), [0.5, 0.5]);
+        assert_eq!(bootstrap_ci(&[], 10, 3), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn bootstrap_interval_brackets_the_mean_and_is_deterministic() {
+        let per: Vec<f64> = (0..50).map(|i| (i % 7) as f64 / 8.0).collect();
+        let mean = per.iter().sum::<f64>() / 50.0;
+        let a = bootstrap_ci(&per, 2000, 0);
+        assert!(a[0] < mean && mean < a[1], "{a:?} {mean}");
+        assert_eq!(a, bootstrap_ci(&per, 2000, 0));
+        assert_ne!(a, bootstrap_ci(&per, 2000, 1));
+    }
+}
