@@ -34,7 +34,7 @@ use crate::registry::{self, Registry};
 pub struct ModelOptions {
     /// Context window per sequence, in tokens (llama.cpp rounds it up to a multiple of 256).
     pub n_ctx: u32,
-    /// Threads for decoding; 0 = all available cores.
+    /// Threads for decoding; 0 = auto (all available cores but one, at least one).
     pub n_threads: u32,
     /// Sequences one context can hold at once (the batch width of a `LlamaSource`).
     pub n_seq_max: u32,
@@ -86,12 +86,15 @@ impl ModelOptions {
         Ok(())
     }
 
-    /// The thread count to give llama.cpp.
+    /// The thread count to give llama.cpp. Auto leaves one core free: ggml's threads spin at
+    /// barriers, and when they outnumber the free cores (a busy or small machine) a token can
+    /// take 50x longer; one spare core removes that cliff for a small loss on an idle machine.
     pub fn threads(&self) -> i32 {
         if self.n_threads == 0 {
-            std::thread::available_parallelism()
-                .map(|n| n.get() as i32)
-                .unwrap_or(1)
+            let n = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
+            n.saturating_sub(1).max(1) as i32
         } else {
             self.n_threads as i32
         }

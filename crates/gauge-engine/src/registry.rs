@@ -216,7 +216,7 @@ pub fn builtin_entries() -> Vec<RegistryEntry> {
         RegistryEntry {
             name: "gemma3-270m".into(),
             kind: EntryKind::Model,
-            description: "gemma-3-270m Q4_K_M (gemma3 arch, vocab 262144), four package parts"
+            description: "gemma-3-270m base Q4_K_M (gemma3 arch, vocab 262144, no chat template), four package parts"
                 .into(),
             file_name: "gemma-3-270m-q4_k_m.gguf".into(),
             size: 253_113_024,

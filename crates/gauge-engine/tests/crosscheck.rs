@@ -7,78 +7,13 @@
 
 mod common;
 
-use gauge_engine::{LlamaSource, LogitSource, ReferenceChain};
+use common::run_case;
 use gauge_sampling::params::SamplingParams;
-use gauge_sampling::Chain;
-
-const STEPS: usize = 64;
-
-const PROMPTS: [&str; 3] = [
-    "The capital of France is",
-    "Once upon a time, in a small village by the sea,",
-    "{\"name\": \"Alice\", \"age\": 31, \"languages\": [\"en\", \"fr\"], \"address\": {",
-];
-
-fn run_case(name: &str, params: SamplingParams) {
-    let model = common::model();
-    let mut src = LlamaSource::new(model.clone()).unwrap();
-    let mut seqs = Vec::new();
-    for p in PROMPTS {
-        let toks = model.tokenize_prompt(p).unwrap();
-        let mut gauge = Chain::from_params(&params, model.n_vocab(), Some(&*model))
-            .unwrap_or_else(|e| panic!("{name}: gauge chain: {e}"));
-        let mut reference = ReferenceChain::from_params(&params, &model)
-            .unwrap_or_else(|e| panic!("{name}: llama.cpp chain: {e}"));
-        assert_eq!(
-            gauge.describe(),
-            reference.describe(),
-            "{name}: the chains print the same"
-        );
-        for &t in &toks {
-            gauge.accept_prompt(t);
-        }
-        reference.accept_prompt(&toks);
-        let s = src.new_sequence().unwrap();
-        src.push(s, &toks).unwrap();
-        seqs.push((p, s, gauge, reference, Vec::new()));
-    }
-    src.step().unwrap();
-    for step in 0..STEPS {
-        for (prompt, s, gauge, reference, out) in seqs.iter_mut() {
-            let row = src.logits(*s).unwrap();
-            let tg = gauge
-                .sample(row)
-                .unwrap_or_else(|e| panic!("{name}: gauge sample: {e}"));
-            let tr = reference
-                .sample(row)
-                .unwrap_or_else(|e| panic!("{name}: llama.cpp sample: {e}"));
-            if tg != tr {
-                let gc: Vec<_> = gauge
-                    .last_candidates()
-                    .as_slice()
-                    .iter()
-                    .take(8)
-                    .map(|d| (d.id, d.logit, d.p))
-                    .collect();
-                let rc: Vec<_> = reference.last_candidates().take(8).collect();
-                panic!(
-                    "{name}: prompt {prompt:?}, step {step}: gauge picked {tg}, llama.cpp picked {tr}\n\
-                     after {out:?}\n gauge candidates (first 8): {gc:?}\n llama candidates (first 8): {rc:?}"
-                );
-            }
-            out.push(tg);
-            src.push(*s, &[tg]).unwrap();
-        }
-        src.step().unwrap();
-    }
-    for (prompt, _, _, _, out) in &seqs {
-        eprintln!("{name}: {prompt:?} -> {:?}", model.detokenize(out).unwrap());
-    }
-}
 
 #[test]
 fn greedy_temperature_zero_matches_llama_cpp() {
     run_case(
+        &common::model(),
         "greedy (temp 0)",
         SamplingParams {
             temperature: 0.0,
@@ -91,6 +26,7 @@ fn greedy_temperature_zero_matches_llama_cpp() {
 #[test]
 fn default_chain_with_seed_matches_llama_cpp() {
     run_case(
+        &common::model(),
         "default chain seed 42",
         SamplingParams {
             seed: 42,
@@ -102,6 +38,7 @@ fn default_chain_with_seed_matches_llama_cpp() {
 #[test]
 fn ctrl_penalties_with_frequency_and_presence_match_llama_cpp() {
     run_case(
+        &common::model(),
         "penalties ctrl 1.3 + freq + presence",
         SamplingParams {
             seed: 7,
@@ -117,6 +54,7 @@ fn ctrl_penalties_with_frequency_and_presence_match_llama_cpp() {
 #[test]
 fn dry_matches_llama_cpp() {
     run_case(
+        &common::model(),
         "dry 0.8/1.75/2/64",
         SamplingParams {
             seed: 99,
@@ -133,6 +71,7 @@ fn dry_matches_llama_cpp() {
 #[test]
 fn mirostat_v2_matches_llama_cpp() {
     run_case(
+        &common::model(),
         "mirostat v2 tau 5 eta 0.1",
         SamplingParams {
             seed: 2024,
