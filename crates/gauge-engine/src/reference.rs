@@ -261,7 +261,8 @@ impl ReferenceChain {
         self.cur.data.iter().map(|d| (d.id().0, d.logit(), d.p()))
     }
 
-    /// Accept a token into every stage (`llama_sampler_accept` on the chain).
+    /// Accept a token into every stage (`llama_sampler_accept` on the chain). An id outside the
+    /// vocabulary is ignored rather than passed to C code that does not check it.
     pub fn accept(&mut self, token: TokenId) {
         if token >= 0 && (token as usize) < self.n_vocab {
             self.chain.accept(LlamaToken(token));

@@ -46,8 +46,24 @@ fn prompt_and_continuation(model: &Arc<Model>) -> (Vec<i32>, Vec<i32>) {
 #[test]
 fn forked_sequence_gives_the_same_logits_as_decoding_the_full_history_fresh() {
     let model = common::model();
-    let (prompt, cont) = prompt_and_continuation(&model);
-    let mut src = LlamaSource::new(model.clone()).unwrap();
+    let src = LlamaSource::new(model.clone()).unwrap();
+    fork_equals_fresh(&model, src);
+}
+
+#[test]
+fn forked_sequence_matches_fresh_decode_with_a_unified_kv_cache() {
+    // Unified cache: the fork tags the parent's cells instead of copying a stream.
+    let model = common::model();
+    let opts = gauge_engine::ModelOptions {
+        kv_unified: true,
+        ..model.options().clone()
+    };
+    let src = LlamaSource::with_options(model.clone(), &opts).unwrap();
+    fork_equals_fresh(&model, src);
+}
+
+fn fork_equals_fresh(model: &Arc<Model>, mut src: LlamaSource) {
+    let (prompt, cont) = prompt_and_continuation(model);
 
     // Parent decodes the prompt; the child forks it and decodes the continuation.
     let parent = src.new_sequence().unwrap();
