@@ -213,9 +213,12 @@ pub fn line_chart_svg(c: &LineChart) -> String {
         } else {
             ""
         };
+        // Earlier series are drawn wider, so a later one on top of it (two ops both at 0) leaves
+        // a visible border instead of hiding it.
+        let width = 2.0 + 1.8 * (c.series.len() - 1 - i) as f64;
         let _ = writeln!(
             out,
-            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="2"{dash}/>"#,
+            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="{width}" stroke-linejoin="round"{dash}/>"#,
             path.join(" ")
         );
         for (k, &(x, y)) in s.points.iter().enumerate() {
@@ -237,7 +240,8 @@ pub fn line_chart_svg(c: &LineChart) -> String {
             }
             let _ = writeln!(
                 out,
-                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{col}"/>"#
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="{:.1}" fill="{col}"/>"#,
+                2.0 + width / 2.0
             );
         }
         let ly = TOP + 14.0 + 20.0 * i as f64;
@@ -287,11 +291,11 @@ pub fn bar_chart_svg(title: &str, y_label: &str, bars: &[Bar], y_range: (f64, f6
             y.min(base) - 5.0,
             fmt_num(b.value)
         );
+        // Rotated so long model names do not run into each other.
+        let (lx, ly) = (x + slot * 0.35, H - BOTTOM + 12.0);
         let _ = writeln!(
             out,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle" font-size="11">{}</text>"#,
-            x + slot * 0.35,
-            H - BOTTOM + 16.0,
+            r#"<text x="{lx:.1}" y="{ly}" text-anchor="end" font-size="10" transform="rotate(-25 {lx:.1} {ly})">{}</text>"#,
             esc(&b.label)
         );
     }

@@ -167,6 +167,18 @@ impl ProbeConfig {
         format!("probe-{label}-{:012x}", h & 0xffff_ffff_ffff)
     }
 
+    /// Most sequences a chunk can hold live at once (every run of every prefix diverged): the
+    /// source must allow this many.
+    pub fn max_sequences_per_chunk(&self) -> usize {
+        self.batch_prefixes * self.flip_plan().len()
+    }
+
+    /// Shrink `batch_prefixes` so a chunk never needs more than `n_seq_max` sequences.
+    pub fn fit_batch(&mut self, n_seq_max: usize) {
+        let per_prefix = self.flip_plan().len().max(1);
+        self.batch_prefixes = self.batch_prefixes.min((n_seq_max / per_prefix).max(1));
+    }
+
     /// Number of chunks of `batch_prefixes` prefixes.
     pub fn n_chunks(&self) -> usize {
         self.prefixes.div_ceil(self.batch_prefixes)
@@ -364,6 +376,17 @@ mod tests {
             },
             "model",
         );
+    }
+
+    #[test]
+    fn fit_batch_bounds_the_live_sequences() {
+        let mut c = ProbeConfig::full_grid("m");
+        c.batch_prefixes = 50;
+        c.fit_batch(256);
+        assert_eq!(c.batch_prefixes, 256 / 26);
+        assert!(c.max_sequences_per_chunk() <= 256);
+        c.fit_batch(3);
+        assert_eq!(c.batch_prefixes, 1);
     }
 
     #[test]
