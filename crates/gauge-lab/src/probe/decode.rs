@@ -56,6 +56,8 @@ struct Group {
     seq: SeqId,
     runs: Vec<usize>,
     seen: SeenSet,
+    /// The sequence was freed because every run of the group finished.
+    freed: bool,
 }
 
 struct PrefixState {
@@ -67,23 +69,29 @@ struct PrefixState {
 #[derive(Default)]
 struct Scratch {
     picks: Vec<TokenId>,
+    stopped: Vec<bool>,
     evals: Vec<ShiftEval>,
     row: Vec<f32>,
 }
 
-/// Decode all `jobs` together for `opts.tokens` steps. `on_step` is told after every step.
+/// Decides when a run is finished: called with (job, run, tokens so far) after every token.
+pub(crate) type StopRule<'a> = dyn FnMut(usize, usize, &[TokenId]) -> bool + 'a;
+
+/// Decode all `jobs` together for at most `opts.tokens` steps (a run ends early when `stop` says
+/// so). `on_step` is told after every step.
 pub(crate) fn decode_chunk(
     source: &mut dyn LogitSource,
     jobs: &[PrefixJob<'_>],
     opts: DecodeOptions,
     on_step: &mut dyn FnMut(),
+    stop: &mut StopRule<'_>,
 ) -> Result<Vec<Vec<RunResult>>, LabError> {
     let mut states: Vec<PrefixState> = Vec::with_capacity(jobs.len());
-    let out = decode_inner(source, jobs, opts, on_step, &mut states);
-    // Free every sequence on success and on error alike, so a failed chunk leaks nothing.
+    let out = decode_inner(source, jobs, opts, on_step, stop, &mut states);
+    // Free every live sequence on success and on error alike, so a failed chunk leaks nothing.
     let mut free_err = None;
     for st in &states {
-        for g in &st.groups {
+        for g in st.groups.iter().filter(|g| !g.freed) {
             if let Err(e) = source.free(g.seq) {
                 free_err.get_or_insert(e);
             }
@@ -101,12 +109,13 @@ fn decode_inner(
     jobs: &[PrefixJob<'_>],
     opts: DecodeOptions,
     on_step: &mut dyn FnMut(),
+    stop: &mut StopRule<'_>,
     states: &mut Vec<PrefixState>,
 ) -> Result<(), LabError> {
     let n_vocab = source.n_vocab();
     // Prefill: one sequence per prefix (or per run when unshared), all in one batch.
     for job in jobs {
-        let mut st = PrefixState {
+        let st = PrefixState {
             groups: Vec::new(),
             results: job
                 .specs
@@ -130,28 +139,36 @@ fn decode_inner(
         } else {
             (0..job.specs.len()).map(|r| vec![r]).collect()
         };
+        // Registered in `states` before any sequence exists, so every sequence is freed even if a
+        // later allocation or push fails.
+        let idx = states.len();
+        states.push(st);
+        let st = &mut states[idx];
         for runs in partition {
             let seq = source.new_sequence()?;
-            // Registered before the push so it is freed even if the push fails.
+            let owner = runs[0];
             st.groups.push(Group {
                 seq,
                 runs,
                 seen: seen.clone(),
+                freed: false,
             });
             source.push(seq, job.prompt)?;
-            let owner = st.groups.last().map(|g| g.runs[0]).unwrap_or(0);
             st.results[owner].forward_tokens += job.prompt.len() as u64;
         }
-        states.push(st);
     }
     source.step()?;
 
     let mut sc = Scratch::default();
     for t in 0..opts.tokens {
         let last = t + 1 == opts.tokens;
-        for (job, st) in jobs.iter().zip(states.iter_mut()) {
+        let mut live = false;
+        for (ji, (job, st)) in jobs.iter().zip(states.iter_mut()).enumerate() {
             let n_groups = st.groups.len();
             for gi in 0..n_groups {
+                if st.groups[gi].freed {
+                    continue;
+                }
                 decide(
                     source,
                     job.specs,
@@ -160,18 +177,38 @@ fn decode_inner(
                     opts,
                     &mut sc,
                 )?;
+                sc.stopped.clear();
                 for (k, &r) in st.groups[gi].runs.iter().enumerate() {
                     st.results[r].tokens.push(sc.picks[k]);
+                    sc.stopped.push(stop(ji, r, &st.results[r].tokens));
+                }
+                if sc.stopped.iter().any(|&d| d) {
+                    // Finished runs leave the group; an empty group frees its sequence.
+                    let g = &mut st.groups[gi];
+                    let keep: Vec<usize> = (0..g.runs.len()).filter(|&k| !sc.stopped[k]).collect();
+                    g.runs = keep.iter().map(|&k| g.runs[k]).collect();
+                    let picks: Vec<TokenId> = keep.iter().map(|&k| sc.picks[k]).collect();
+                    sc.picks.clear();
+                    sc.picks.extend(picks);
+                    if g.runs.is_empty() {
+                        g.freed = true;
+                        source.free(g.seq)?;
+                        continue;
+                    }
                 }
                 if !last {
                     advance(source, st, gi, &sc.picks)?;
+                    live = true;
                 }
             }
         }
-        if !last {
+        if live {
             source.step()?;
         }
         on_step();
+        if !live {
+            break;
+        }
     }
     Ok(())
 }
@@ -280,6 +317,7 @@ fn advance(
             seq: child,
             runs: sub,
             seen,
+            freed: false,
         });
         source.push(child, &[tok])?;
     }

@@ -316,7 +316,9 @@ fn run_chunk(
         })
         .collect();
     let n = jobs.len() as u64;
-    let results = decode_chunk(source, &jobs, opts, &mut || bar.inc(n))?;
+    let results = decode_chunk(source, &jobs, opts, &mut || bar.inc(n), &mut |_, _, _| {
+        false
+    })?;
     let mut lines = Vec::new();
     for ((p, s), res) in range.zip(specs).zip(results) {
         let prompt = &prompts[p];
