@@ -6,6 +6,7 @@
 mod cmd_chain;
 mod cmd_generate;
 mod cmd_models;
+mod cmd_probe;
 mod cmd_replay;
 mod sampling_args;
 
@@ -25,6 +26,8 @@ enum Cmd {
     Chain(cmd_chain::ChainArgs),
     /// Replay a logit trace through a chain and print the chosen tokens as JSON.
     Replay(cmd_replay::ReplayArgs),
+    /// The gauge probe (A1): flip rate between logits shifted by +c and −c, per operator and θ.
+    Probe(cmd_probe::ProbeArgs),
     /// List, pull and locate the models gauge knows by name.
     Models(cmd_models::ModelsArgs),
     /// Generate text from a GGUF model with gauge's sampler chain.
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     let res = match &cli.cmd {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
+        Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
     };
