@@ -25,6 +25,7 @@ pub mod plot;
 pub mod prefixes;
 pub mod probe;
 pub mod report;
+pub mod results;
 pub mod stats;
 pub mod testing;
 

@@ -35,12 +35,13 @@ pub use raw::{RawLine, RawZeroPoint};
 use crate::error::LabError;
 use crate::ops::Op;
 use crate::prefixes::a1_prefixes;
+use crate::results::write_atomic;
 use crate::stats::repeats;
 use decode::{decode_chunk, DecodeOptions, PrefixJob};
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
-use indicatif::{ProgressBar, ProgressStyle};
-use raw::{write_atomic, RunDir};
+use indicatif::ProgressBar;
+use raw::RunDir;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -165,7 +166,6 @@ pub fn run_probe_with(
         ctl.progress,
         cfg,
         &format!("A1 {} ", describe_grid(cfg)),
-        done.len(),
         &dir,
         false,
     );
@@ -182,7 +182,7 @@ pub fn run_probe_with(
     bar.finish_and_clear();
 
     // Phase 2: the own-median gauge, c = −median top-1 of the c = 0, θ = 1 decode.
-    let med = analysis::median_top1(&dir.lines)
+    let med = analysis::median_top1(dir.lines())
         .ok_or_else(|| LabError::config("tokens", cfg.tokens, "a decode with at least one step"))?;
     let c_nat = -(med as f32);
     if !c_nat.is_finite() {
@@ -192,14 +192,7 @@ pub fn run_probe_with(
     }
     let nat_spec = [cfg.natural_spec(c_nat)];
     let done = dir.done_chunks(true);
-    let bar = phase_bar(
-        ctl.progress,
-        cfg,
-        "A1 own-median gauge ",
-        done.len(),
-        &dir,
-        true,
-    );
+    let bar = phase_bar(ctl.progress, cfg, "A1 own-median gauge ", &dir, true);
     for k in 0..cfg.n_chunks() {
         if done.contains(&k) {
             continue;
@@ -212,7 +205,7 @@ pub fn run_probe_with(
     }
     bar.finish_and_clear();
 
-    let analysis = analyze(cfg, &dir.lines);
+    let analysis = analyze(cfg, dir.lines());
     write_outputs(&dir.dir, cfg, &analysis, ctl.plots)?;
     if let Some(details) = analysis.gate_failure() {
         return Err(LabError::GateFailed { details });
@@ -242,30 +235,21 @@ fn phase_bar(
     progress: bool,
     cfg: &ProbeConfig,
     label: &str,
-    done_chunks: usize,
     dir: &RunDir,
     natural: bool,
 ) -> ProgressBar {
-    if !progress {
-        return ProgressBar::hidden();
-    }
-    let total = (cfg.prefixes * cfg.tokens) as u64;
     let done_prefixes = dir
-        .lines
+        .lines()
         .iter()
         .filter(|l| l.is_natural() == natural && l.run == 0)
         .count();
-    let _ = done_chunks;
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix}[{elapsed_precise}] {wide_bar} {pos}/{len} prefix-positions, ETA {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_prefix(label.to_string());
-    bar.set_position((done_prefixes * cfg.tokens) as u64);
-    bar
+    crate::results::progress_bar(
+        progress,
+        label,
+        (cfg.prefixes * cfg.tokens) as u64,
+        (done_prefixes * cfg.tokens) as u64,
+        "prefix-positions",
+    )
 }
 
 fn tokenize_prefixes(

@@ -1,21 +1,14 @@
-//! `results/<run-id>/`: the configuration, the raw lines, and resumption.
-//!
-//! `raw.jsonl` holds one line per decoded run (one sequence of one prefix). Lines are appended a
-//! whole chunk at a time with one write followed by `fsync`, and a chunk only counts once all its
-//! lines are present. On start, a torn last line and the lines of an incomplete chunk are dropped
-//! (the file is rewritten atomically), and complete chunks are skipped: nothing is lost or counted
-//! twice, and since the summary is always computed from the file's lines, a resumed run's summary
-//! equals an uninterrupted one's.
+//! The probe's raw lines (one per decoded run) and its run directory; the append/resume
+//! machinery is [`crate::results`].
 
 use crate::error::LabError;
 use crate::ops::Op;
 use crate::probe::config::{ProbeConfig, Role};
 use crate::probe::decode::ZpFacts;
+use crate::results::{open_run_dir, ChunkLine, ChunkLog};
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Zero-point facts of a line (the c = 0, θ = 1 run only).
@@ -74,162 +67,53 @@ impl RawLine {
     }
 }
 
+impl ChunkLine for RawLine {
+    fn unit(&self) -> (u8, usize) {
+        (u8::from(self.is_natural()), self.chunk)
+    }
+    fn key(&self) -> (u8, usize, usize) {
+        (u8::from(self.is_natural()), self.prefix, self.run)
+    }
+}
+
 /// An open run directory.
 pub(crate) struct RunDir {
     pub dir: PathBuf,
-    raw_path: PathBuf,
-    pub lines: Vec<RawLine>,
-}
-
-/// Expected number of lines of a chunk, by phase.
-fn expected(cfg: &ProbeConfig, natural: bool, chunk: usize) -> usize {
-    let n = cfg.chunk(chunk).len();
-    if natural {
-        n
-    } else {
-        n * cfg.flip_plan().len()
-    }
-}
-
-/// Write `bytes` to `path` atomically (temp file + rename).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LabError> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp).map_err(LabError::io(&tmp))?;
-        f.write_all(bytes).map_err(LabError::io(&tmp))?;
-        f.sync_all().map_err(LabError::io(&tmp))?;
-    }
-    fs::rename(&tmp, path).map_err(LabError::io(path))
+    log: ChunkLog<RawLine>,
 }
 
 impl RunDir {
     /// Open (or create) `root/<run-id>` for `cfg`, keeping only complete chunks of any earlier
     /// attempt.
     pub fn open(root: &Path, cfg: &ProbeConfig) -> Result<RunDir, LabError> {
-        let dir = root.join(cfg.run_id());
-        fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
-        let cfg_path = dir.join("config.json");
-        let cfg_text = serde_json::to_string_pretty(cfg).map_err(|e| LabError::Parse {
-            path: cfg_path.clone(),
-            line: 0,
-            message: e.to_string(),
-        })? + "\n";
-        match fs::read_to_string(&cfg_path) {
-            Ok(old) => {
-                let same = serde_json::from_str::<ProbeConfig>(&old)
-                    .map(|o| &o == cfg)
-                    .unwrap_or(false);
-                if !same {
-                    return Err(LabError::ConfigMismatch { path: cfg_path });
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                write_atomic(&cfg_path, cfg_text.as_bytes())?
-            }
-            Err(e) => {
-                return Err(LabError::Io {
-                    path: cfg_path,
-                    source: e,
-                })
-            }
-        }
-
-        let raw_path = dir.join("raw.jsonl");
-        let text = match fs::read(&raw_path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => {
-                return Err(LabError::Io {
-                    path: raw_path,
-                    source: e,
-                })
+        let dir = open_run_dir(root, &cfg.run_id(), cfg)?;
+        let plan_len = cfg.flip_plan().len();
+        let expected = |(phase, chunk): (u8, usize)| {
+            let n = cfg.chunk(chunk).len();
+            if phase == 1 {
+                n
+            } else {
+                n * plan_len
             }
         };
-        // Only newline-terminated lines are complete; a torn tail is dropped.
-        let complete_len = text.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        let mut parsed = Vec::new();
-        for (i, line) in text[..complete_len].split(|&b| b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let l: RawLine = serde_json::from_slice(line).map_err(|e| LabError::Parse {
-                path: raw_path.clone(),
-                line: i + 1,
-                message: e.to_string(),
-            })?;
-            check_line(cfg, &l).map_err(|message| LabError::Parse {
-                path: raw_path.clone(),
-                line: i + 1,
-                message,
-            })?;
-            parsed.push(l);
-        }
-        // Keep complete chunks only, first occurrence of each (prefix, run).
-        let mut by_chunk: BTreeMap<(bool, usize), Vec<RawLine>> = BTreeMap::new();
-        let mut keys = BTreeSet::new();
-        for l in parsed.iter() {
-            if keys.insert((l.is_natural(), l.prefix, l.run)) {
-                by_chunk
-                    .entry((l.is_natural(), l.chunk))
-                    .or_default()
-                    .push(l.clone());
-            }
-        }
-        let mut lines = Vec::new();
-        for ((natural, chunk), ls) in by_chunk {
-            if ls.len() == expected(cfg, natural, chunk) {
-                lines.extend(ls);
-            }
-        }
-        if lines.len() != parsed.len() || complete_len != text.len() {
-            let mut buf = Vec::new();
-            for l in &lines {
-                push_line(&mut buf, l)?;
-            }
-            write_atomic(&raw_path, &buf)?;
-        }
-        Ok(RunDir {
-            dir,
-            raw_path,
-            lines,
-        })
+        let log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &|l| check_line(cfg, l))?;
+        Ok(RunDir { dir, log })
+    }
+
+    /// Every line of every complete chunk.
+    pub fn lines(&self) -> &[RawLine] {
+        &self.log.lines
     }
 
     /// Chunks of a phase already complete.
     pub fn done_chunks(&self, natural: bool) -> BTreeSet<usize> {
-        self.lines
-            .iter()
-            .filter(|l| l.is_natural() == natural)
-            .map(|l| l.chunk)
-            .collect()
+        self.log.done_units(u8::from(natural))
     }
 
     /// Append one complete chunk durably.
     pub fn append(&mut self, chunk_lines: Vec<RawLine>) -> Result<(), LabError> {
-        let mut buf = Vec::new();
-        for l in &chunk_lines {
-            push_line(&mut buf, l)?;
-        }
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.raw_path)
-            .map_err(LabError::io(&self.raw_path))?;
-        f.write_all(&buf).map_err(LabError::io(&self.raw_path))?;
-        f.sync_data().map_err(LabError::io(&self.raw_path))?;
-        self.lines.extend(chunk_lines);
-        Ok(())
+        self.log.append(chunk_lines)
     }
-}
-
-fn push_line(buf: &mut Vec<u8>, l: &RawLine) -> Result<(), LabError> {
-    serde_json::to_writer(&mut *buf, l).map_err(|e| LabError::Parse {
-        path: "raw.jsonl".into(),
-        line: 0,
-        message: e.to_string(),
-    })?;
-    buf.push(b'\n');
-    Ok(())
 }
 
 /// A line must belong to this configuration's plan.
