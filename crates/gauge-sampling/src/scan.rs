@@ -19,6 +19,26 @@ pub enum Scan {
     Invalid,
 }
 
+/// NaN or `+inf`: one comparison (`!(x < inf)`) that the vectoriser turns into one instruction.
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn is_bad(x: f32) -> bool {
+    !(x < f32::INFINITY)
+}
+
+/// Bit `j` set when `block[j] >= t`, and whether any entry is NaN or +inf (one vectorised pass).
+/// Callers walk the set bits, so a block with one hit costs one visit, not sixteen branches.
+#[inline]
+fn mask_ge(block: &[f32], t: f32, bad: &mut bool) -> u32 {
+    let (mut m, mut b) = (0u32, false);
+    for (j, &x) in block.iter().enumerate() {
+        m |= ((x >= t) as u32) << j;
+        b |= is_bad(x);
+    }
+    *bad |= b;
+    m
+}
+
 /// Any entry of the block `>= t`, and whether any is NaN or +inf; one vectorised pass, so input
 /// validation costs no extra trip through memory.
 #[inline]
@@ -26,7 +46,7 @@ fn any_ge(block: &[f32], t: f32, bad: &mut bool) -> bool {
     let (mut any, mut b) = (false, false);
     for &x in block {
         any |= x >= t;
-        b |= !(x < f32::INFINITY);
+        b |= is_bad(x);
     }
     *bad |= b;
     any
@@ -38,7 +58,7 @@ fn any_gt(block: &[f32], t: f32, bad: &mut bool) -> bool {
     let (mut any, mut b) = (false, false);
     for &x in block {
         any |= x > t;
-        b |= !(x < f32::INFINITY);
+        b |= is_bad(x);
     }
     *bad |= b;
     any
@@ -49,7 +69,7 @@ fn any_gt(block: &[f32], t: f32, bad: &mut bool) -> bool {
 fn any_bad(block: &[f32]) -> bool {
     let mut b = false;
     for &x in block {
-        b |= !(x < f32::INFINITY);
+        b |= is_bad(x);
     }
     b
 }
@@ -70,27 +90,32 @@ fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bo
 }
 
 /// llama.cpp greedy over the identity layout: index of the first maximum (strict `>`), starting
-/// from index 0. `None` if the row holds NaN or +inf.
+/// from index 0. `None` if the row holds NaN or +inf (pending transforms may create `+inf`, e.g. a
+/// huge logit divided by a small temperature; that is a valid value, not an error).
 pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut best_i = 0usize;
     let mut best = ov.get(row, 0);
     let mut bad = false;
+    let plain = !ov.has_transforms();
+    let mut buf = [0.0f32; CHUNK];
     for_blocks(row, ov, |start, block, edited| {
-        if edited {
-            bad |= any_bad(block);
-            for i in start..start + block.len() {
-                let v = ov.get(row, i);
-                if v > best {
-                    best = v;
-                    best_i = i;
+        if plain && !edited {
+            if any_gt(block, best, &mut bad) {
+                for (j, &v) in block.iter().enumerate() {
+                    if v > best {
+                        best = v;
+                        best_i = start + j;
+                    }
                 }
             }
-        } else if any_gt(block, best, &mut bad) {
-            for (j, &v) in block.iter().enumerate() {
-                if v > best {
-                    best = v;
-                    best_i = start + j;
-                }
+            return;
+        }
+        bad |= any_bad(block);
+        let vals = ov.current_block(row, start, block, edited, &mut buf);
+        for (j, &v) in vals.iter().enumerate() {
+            if v > best {
+                best = v;
+                best_i = start + j;
             }
         }
     });
@@ -103,7 +128,13 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
 /// `k` is already `min(k, n)`. Unique means: the first k values are distinct and strictly above
 /// the (k+1)-th. Then llama.cpp's heap partial sort (k <= 128) and bucket sort (k > 128) both
 /// produce exactly this order.
-pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>, buf: &mut Vec<(f32, u32)>) -> Scan {
+pub fn top_k_unique(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    mask_below: Option<f32>,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
     let n = row.len();
     buf.clear();
     if k == 0 || n == 0 {
@@ -115,16 +146,19 @@ pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>
     let mut t = f32::NEG_INFINITY.max(floor);
     let mut too_many_ties = false;
     let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
+    let plain = !ov.has_transforms();
+    let mut vbuf = [0.0f32; CHUNK];
     for_blocks(row, ov, |start, block, edited| {
         if too_many_ties {
             return;
         }
-        if edited {
+        if edited || !plain {
             bad |= any_bad(block);
-            for i in start..start + block.len() {
-                let v = masked(ov.get(row, i));
+            let vals = ov.current_block(row, start, block, edited, &mut vbuf);
+            for (j, &v) in vals.iter().enumerate() {
+                let v = masked(v);
                 if v >= t {
-                    buf.push((v, i as u32));
+                    buf.push((v, (start + j) as u32));
                 }
             }
         } else if any_ge(block, t, &mut bad) {
@@ -174,6 +208,715 @@ pub fn top_k_unique(row: &[f32], ov: &Overlay, k: usize, mask_below: Option<f32>
     Scan::Done
 }
 
+// -------------------------------------------------------------------------------------------------
+// Sorted softmax without the sort
+
+/// One candidate of [`SortedSoftmax`]: the current logit `v`, `e = expf(v - max)` and the id.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cand {
+    pub v: f32,
+    pub e: f32,
+    pub id: u32,
+}
+
+/// Entries within this many nats of the maximum are collected (and sorted) in the first pass.
+const D_TOP: f32 = 8.0;
+
+/// Largest logit the bucket sort files correctly (`6.4 x + 64` must fit an i32); above it the
+/// sort puts the entry in the lowest bucket and `data[0]` is no longer the maximum.
+const BUCKET_SAFE_MAX: f32 = 3.0e8;
+
+/// How the kernels read a block without edits: the raw row values, mapped by the pending
+/// transforms. `Ident` and `Div` are monotone maps of the raw value, so a threshold on the mapped
+/// value is an exact threshold on the raw one (see [`RawMap::raw_ge`]) and the kernels never divide
+/// entries they skip; anything else reads exact values block by block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RawMap {
+    Ident,
+    Div(f32),
+    General,
+}
+
+impl RawMap {
+    fn of(ov: &Overlay) -> Self {
+        if !ov.has_transforms() {
+            RawMap::Ident
+        } else if let Some(t) = ov.only_div() {
+            RawMap::Div(t)
+        } else {
+            RawMap::General
+        }
+    }
+
+    /// The mapped value of a raw entry (`General` never maps raw entries).
+    #[inline(always)]
+    fn map(self, x: f32) -> f32 {
+        match self {
+            RawMap::Div(t) => x / t,
+            _ => x,
+        }
+    }
+
+    /// The smallest raw `x` with `map(x) >= v`, exactly (`x / t` is monotone in `x` for `t > 0`):
+    /// start from `v * t` and step by ulps, which takes a couple of steps since both roundings are
+    /// within half an ulp. `None` if it does not settle (huge or infinite values).
+    fn raw_ge(self, v: f32) -> Option<f32> {
+        let RawMap::Div(t) = self else {
+            return Some(v);
+        };
+        if v == f32::NEG_INFINITY {
+            return Some(f32::NEG_INFINITY);
+        }
+        let mut x = v * t;
+        if !x.is_finite() {
+            return None;
+        }
+        let mut steps = 0;
+        while x / t < v {
+            x = x.next_up();
+            steps += 1;
+            if steps > 16 || !x.is_finite() {
+                return None;
+            }
+        }
+        loop {
+            let p = x.next_down();
+            if p / t < v {
+                return Some(x);
+            }
+            x = p;
+            steps += 1;
+            if steps > 32 {
+                return None;
+            }
+        }
+    }
+}
+
+/// The constants of the vectorised count kernel for one value domain (raw row entries or exact
+/// values): `y = x·a + b` approximates `log2(expf(v - max) / u)`, and lanes count when
+/// `lo_ge <= x < hi`.
+#[derive(Clone, Copy, Debug)]
+struct Kern {
+    a: f32,
+    b: f32,
+    lo_ge: f32,
+    hi: f32,
+    /// Entries with `x < skip` add nothing (a conservative block filter).
+    skip: f32,
+    tol_rel: f32,
+}
+
+/// The count kernel on one full block: adds `round(x)` (`x ≈ expf(v - max) / u`) for the lanes in
+/// range whose rounding the error bound decides, and reports whether any lane needs the exact path.
+#[inline(always)]
+fn count_lanes(vals: &[f32], k: &Kern, lanes: &mut [u32; CHUNK]) -> bool {
+    const MAGIC: f32 = 12_582_912.0;
+    const BIG: f32 = 16_384.0;
+    const TOL_ABS: f32 = 1.0 / 16_777_216.0; // 2^-24
+    let mut flagged = false;
+    for (lane, &x) in lanes.iter_mut().zip(vals) {
+        let inr = (x >= k.lo_ge) & (x < k.hi);
+        let units = crate::ops::exp2_approx(x * k.a + k.b);
+        let t = units + MAGIC;
+        let n = t - MAGIC;
+        let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
+        let unsure = (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS));
+        let flag = inr & unsure;
+        *lane = lane.wrapping_add(if inr & !unsure { ni } else { 0 });
+        flagged |= flag;
+    }
+    flagged
+}
+
+/// Whether the count kernel's lane would need the exact path (same arithmetic as `count_lanes`).
+#[inline(always)]
+fn lane_unsure(x: f32, k: &Kern) -> bool {
+    const MAGIC: f32 = 12_582_912.0;
+    const BIG: f32 = 16_384.0;
+    const TOL_ABS: f32 = 1.0 / 16_777_216.0;
+    let units = crate::ops::exp2_approx(x * k.a + k.b);
+    let n = (units + MAGIC) - MAGIC;
+    (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS))
+}
+
+/// `softmax_impl(cur, do_sort = true)` over the whole "row + overlay" (llama.cpp's full sort, then
+/// `p = expf(l - max) / sum` with an f32 sum in sorted order), computed without sorting the row.
+///
+/// # Why this is exact
+///
+/// Only three things of the full sort are observable by mirostat: the f32 sum `S`, the values at
+/// the top of the sorted order, and the order of the first few entries. The sum in descending order
+/// is a sequence of f32 additions `s += e_i` with `s` growing. While `s` stays in one binade
+/// `[2^m, 2^(m+1))`, every float there is a multiple of `u = 2^(m-23)`, so `fl(s + e) = s +
+/// u·round(e / u)`: the increment does not depend on `s`, except when `e / u` is exactly a half,
+/// where ties-to-even looks at the running total (those few entries are replayed in order). So:
+///
+/// 1. the head (the largest entries, sorted) is summed exactly in order until `s >= 2^m`;
+/// 2. every other entry adds `round(e / u)` units of `u`, in any order: an integer count, with no
+///    sort. Most entries add nothing or a few units; a vectorised kernel classifies them with
+///    [`exp2_approx`](crate::ops::exp2_approx) and an error bound (below) far smaller than the
+///    distance to the next rounding boundary; entries too close to a boundary (or too large for
+///    the bound to decide) get glibc's `expf`, exactly as the slow path computes it;
+/// 3. the result is accepted only if the count stays below `2^(m+1)` (no binade change in the
+///    tail); otherwise the head is extended and `m + 1` tried.
+///
+/// The kernel's bound: `x = expf(d)/u` is `2^Y` with `Y = d·log2 e + 23 - m`; the kernel evaluates
+/// `y = fl(fl(raw·a) + b)` with `a = log2 e / t`, `b = 23 - m - max·log2 e` (each rounded once), so
+/// `|y - Y| <= 2^-24 (2.0001·log2e·|v| + |b| + |y|)` plus the roundings of `v` and `d` in the exact
+/// path (`(|v| + |d|)·2^-24` relative), glibc's `expf` (at most one ulp, `2^-23`) and the polynomial
+/// ([`EXP2_APPROX_REL_ERR`](crate::ops::EXP2_APPROX_REL_ERR)). A lane is trusted only when its
+/// distance to the nearest half-integer exceeds `x·tol_rel` with `tol_rel` 5% above that sum.
+///
+/// The order of the top entries is the bucket sort's when values are distinct; otherwise
+/// [`SortedSoftmax::fix_order`] replays llama.cpp's per-bucket introsort on the affected buckets.
+/// Whatever cannot be decided here (a tie in the lowest bucket, logits beyond the bucket sort's
+/// range, more than a few tied increments) is `Ambiguous` and the caller sorts for real.
+///
+/// Cost: two vectorised passes over the row, `expf` for the entries within [`D_TOP`] nats of the
+/// max (and a few near rounding boundaries), and a sort of those entries, against a full
+/// 128-bucket sort of the vocabulary.
+#[derive(Clone, Debug, Default)]
+pub struct SortedSoftmax {
+    /// Every entry with `v >= thr`, sorted by value, descending (a prefix of the sorted row).
+    sorted: Vec<Cand>,
+    /// Scratch for tie replays and extensions.
+    scratch: Vec<Cand>,
+    /// Entries whose increment is an exact half: `(v, e / u)`.
+    ties: Vec<(f32, f64)>,
+    thr: f32,
+    max: f32,
+    sum: f32,
+    n: usize,
+}
+
+/// What [`SortedSoftmax::sum_in_binade`] found.
+enum Binade {
+    Sum(f32),
+    /// The sum reaches `2^(m+1)`: try the next binade.
+    Higher,
+    Fail,
+}
+
+impl SortedSoftmax {
+    /// The sorted prefix (values exact; the order among equal values is llama.cpp's only after
+    /// `fix_order`). `p_i = e_i / sum()`.
+    pub fn sorted(&self) -> &[Cand] {
+        &self.sorted
+    }
+
+    /// The f32 sum of `expf(v - max)` over the whole row in sorted order, exactly as
+    /// `softmax_impl` accumulates it.
+    pub fn sum(&self) -> f32 {
+        self.sum
+    }
+
+    /// The maximum (`data[0].logit` after the sort).
+    pub fn max(&self) -> f32 {
+        self.max
+    }
+
+    /// Compute max, the exact sum and the sorted head. `Done` when exact; `Ambiguous` when this
+    /// method cannot be sure (the caller then sorts for real); `Invalid` for NaN/+inf in the row.
+    pub fn run(&mut self, row: &[f32], ov: &Overlay) -> Scan {
+        self.sorted.clear();
+        self.n = row.len();
+        // A whole-vocabulary sort of at most 128 entries is llama.cpp's heap sort, not the bucket
+        // sort this replays; such rows are cheap to fill anyway.
+        if row.len() <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+            return if row.iter().any(|&x| is_bad(x)) {
+                Scan::Invalid
+            } else {
+                Scan::Ambiguous
+            };
+        }
+        match self.collect_top(row, ov) {
+            Scan::Done => {}
+            other => return other,
+        }
+        let max = self.max;
+        for c in self.sorted.iter_mut() {
+            c.e = (c.v - max).exp();
+        }
+        self.sorted.sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
+        // the head's own binade is a lower bound (the max contributes expf(0) = 1, so m >= 0)
+        let mut s_top = 0.0f32;
+        for c in &self.sorted {
+            s_top += c.e;
+        }
+        let mut m = (s_top.to_bits() >> 23) as i32 - 127;
+        for _ in 0..4 {
+            match self.sum_in_binade(row, ov, m) {
+                Binade::Sum(sum) => {
+                    self.sum = sum;
+                    return Scan::Done;
+                }
+                Binade::Higher => m += 1,
+                Binade::Fail => return Scan::Ambiguous,
+            }
+        }
+        Scan::Ambiguous
+    }
+
+    /// Pass 1: max, validation, and every entry within `D_TOP` of the running max. Raw blocks are
+    /// tested against the raw threshold, so a pending division costs nothing for skipped blocks.
+    fn collect_top(&mut self, row: &[f32], ov: &Overlay) -> Scan {
+        let mut bad = false;
+        let mut m = f32::NEG_INFINITY;
+        // finite floor: -inf entries have e = 0 and never belong to the head
+        let map = RawMap::of(ov);
+        // Seed the running max from a sparse sample, so the early blocks do not all get pushed
+        // while the max climbs (the sample max is a lower bound: the threshold stays safe).
+        // Edited entries are read through the overlay; a sampled NaN is only skipped here, the
+        // scan below reports it.
+        for i in (0..row.len()).step_by(61) {
+            let v = ov.get(row, i);
+            if v > m && v < f32::INFINITY {
+                m = v;
+            }
+        }
+        let mut thr = (m - D_TOP).max(f32::MIN);
+        // a threshold the division cannot be inverted at (|logit| near f32::MAX): give up
+        let mut give_up = false;
+        let mut raw_thr = map.raw_ge(thr).unwrap_or_else(|| {
+            give_up = true;
+            f32::NEG_INFINITY
+        });
+        let mut cap = 4096usize;
+        let mut vbuf = [0.0f32; CHUNK];
+        let top = &mut self.sorted;
+        for_blocks(row, ov, |start, block, edited| {
+            let raw = map != RawMap::General && !edited;
+            let (vals, mut hits) = if raw {
+                (block, mask_ge(block, raw_thr, &mut bad))
+            } else {
+                bad |= any_bad(block);
+                let vals = ov.current_block(row, start, block, edited, &mut vbuf);
+                let mut h = 0u32;
+                for (j, &v) in vals.iter().enumerate() {
+                    h |= ((v >= thr) as u32) << j;
+                }
+                (vals, h)
+            };
+            while hits != 0 {
+                let j = hits.trailing_zeros() as usize;
+                hits &= hits - 1;
+                let x = vals[j];
+                let (v, take) = if raw {
+                    (map.map(x), x >= raw_thr)
+                } else {
+                    (x, x >= thr)
+                };
+                if !take {
+                    continue;
+                }
+                top.push(Cand {
+                    v,
+                    e: 0.0,
+                    id: (start + j) as u32,
+                });
+                if v > m {
+                    m = v;
+                    thr = (m - D_TOP).max(f32::MIN);
+                    raw_thr = map.raw_ge(thr).unwrap_or_else(|| {
+                        give_up = true;
+                        f32::NEG_INFINITY
+                    });
+                }
+            }
+            if top.len() >= cap {
+                top.retain(|c| c.v >= thr);
+                cap = cap.max(2 * top.len());
+            }
+        });
+        if bad {
+            return Scan::Invalid;
+        }
+        if give_up || !(m > f32::NEG_INFINITY && m < BUCKET_SAFE_MAX) {
+            return Scan::Ambiguous;
+        }
+        top.retain(|c| c.v >= thr);
+        self.thr = thr;
+        self.max = m;
+        Scan::Done
+    }
+
+    /// The exact sorted-order f32 sum if it lands in binade `m` (see the type docs).
+    fn sum_in_binade(&mut self, row: &[f32], ov: &Overlay, m: i32) -> Binade {
+        if !(0..=100).contains(&m) {
+            return Binade::Fail;
+        }
+        let lo = (2.0f64).powi(m) as f32;
+        let u = (2.0f64).powi(m - 23);
+        // head: the exact sequential sum until it reaches 2^m
+        let mut s = 0.0f32;
+        let mut h = 0;
+        while s < lo {
+            while h == self.sorted.len() {
+                if !self.extend(row, ov, 0) {
+                    return Binade::Fail;
+                }
+            }
+            s += self.sorted[h].e;
+            h += 1;
+        }
+        if s >= 2.0 * lo {
+            return Binade::Higher;
+        }
+        let inv_u = 1.0 / u;
+        let head_units = (s as f64 * inv_u) as u64; // exact: s is a multiple of u below 2^24 u
+        let mut ties = std::mem::take(&mut self.ties);
+        ties.clear();
+        let mut units = head_units;
+        for c in &self.sorted[h..] {
+            let r = c.e as f64 * inv_u; // exact: u is a power of two
+            let n = r.round_ties_even();
+            if (r - n).abs() == 0.5 {
+                ties.push((c.v, r));
+            } else {
+                units += n as u64;
+            }
+        }
+        let out = match self.count_region(row, ov, f32::NEG_INFINITY, m, Some(&mut ties)) {
+            None => Binade::Fail,
+            Some(c) => {
+                units += c;
+                if units >= 1 << 24 {
+                    Binade::Higher
+                } else if ties.is_empty() {
+                    Binade::Sum((units as f64 * u) as f32)
+                } else {
+                    match self.replay_ties(row, ov, h, m, head_units, &mut ties) {
+                        Some(t) if units + t < 1 << 24 => {
+                            Binade::Sum(((units + t) as f64 * u) as f32)
+                        }
+                        Some(_) => Binade::Higher,
+                        None => Binade::Fail,
+                    }
+                }
+            }
+        };
+        self.ties = ties;
+        out
+    }
+
+    /// `Σ round(e / u)` over the entries below `thr` with `v > lo` (`u = 2^(m-23)`), exact; entries
+    /// whose `e / u` is exactly a half go to `ties` (or are skipped when `ties` is `None`). `None`
+    /// when the error bound is too loose to decide anything (logits of huge magnitude).
+    fn count_region(
+        &self,
+        row: &[f32],
+        ov: &Overlay,
+        lo: f32,
+        m: i32,
+        mut ties: Option<&mut Vec<(f32, f64)>>,
+    ) -> Option<u64> {
+        const LOG2E: f64 = std::f64::consts::LOG2_E;
+        let (max, hi) = (self.max, self.thr);
+        let u = (2.0f64).powi(m - 23);
+        let inv_u = 1.0 / u;
+        // entries with d < l_min have expf(d) < u / 2 and add nothing
+        let l_min = ((u / 2.0).ln() - 1e-3) as f32;
+        if hi - max < l_min {
+            return Some(0);
+        }
+        // the error budget of the kernel (type docs), with |v| <= |max| + 20 for every lane that
+        // can round to a non-zero count
+        let (maxa, b) = (max.abs() as f64, (23 - m) as f64 - max as f64 * LOG2E);
+        let v_bound = maxa + 20.0;
+        let e_y = (2.0001 * LOG2E * v_bound + b.abs() + 24.0) * (2.0f64).powi(-24);
+        let tol_rel = 1.05
+            * (crate::ops::EXP2_APPROX_REL_ERR
+                + std::f64::consts::LN_2 * e_y * 1.01
+                + (v_bound + 20.0) * (2.0f64).powi(-24)
+                + (2.0f64).powi(-23));
+        if tol_rel > 1e-3 {
+            return None;
+        }
+        let skip_v = (max as f64 + l_min as f64 - 0.01 - maxa * (2.0f64).powi(-20)) as f32;
+        let lo_ge = if lo == f32::NEG_INFINITY {
+            f32::MIN
+        } else {
+            lo.next_up()
+        };
+        let val = Kern {
+            a: LOG2E as f32,
+            b: b as f32,
+            lo_ge,
+            hi,
+            skip: skip_v,
+            tol_rel: tol_rel as f32,
+        };
+        let mut map = RawMap::of(ov);
+        let raw = match map {
+            RawMap::Div(t) => match (map.raw_ge(lo_ge), map.raw_ge(hi), map.raw_ge(skip_v)) {
+                (Some(l), Some(h), Some(sk)) => Kern {
+                    a: (LOG2E / t as f64) as f32,
+                    lo_ge: l,
+                    hi: h,
+                    skip: sk,
+                    ..val
+                },
+                _ => {
+                    map = RawMap::General;
+                    val
+                }
+            },
+            _ => val,
+        };
+        let mut vbuf = [0.0f32; CHUNK];
+        let mut lanes = [0u32; CHUNK];
+        let mut total = 0u64;
+        let mut blocks = 0u32;
+        for_blocks(row, ov, |start, block, edited| {
+            let (vals, k, exact) = if map != RawMap::General && !edited {
+                (block, &raw, false)
+            } else {
+                (
+                    ov.current_block(row, start, block, edited, &mut vbuf),
+                    &val,
+                    true,
+                )
+            };
+            let mut any = false;
+            for &x in vals {
+                any |= x >= k.skip;
+            }
+            if !any {
+                return;
+            }
+            let short = vals.len() < CHUNK;
+            if !short && !count_lanes(vals, k, &mut lanes) {
+                blocks += 1;
+                if blocks == 1 << 15 {
+                    total += lanes.iter().map(|&l| l as u64).sum::<u64>();
+                    lanes = [0; CHUNK];
+                    blocks = 0;
+                }
+                return;
+            }
+            blocks += !short as u32;
+            // the exact path for the lanes the kernel left out (all of a short last block)
+            for &x in vals {
+                if !((x >= k.lo_ge) & (x < k.hi)) || (!short && !lane_unsure(x, k)) {
+                    continue;
+                }
+                let v = if exact { x } else { map.map(x) };
+                let r = (v - max).exp() as f64 * inv_u;
+                let n = r.round_ties_even();
+                if (r - n).abs() == 0.5 {
+                    if let Some(t) = ties.as_deref_mut() {
+                        t.push((v, r));
+                    }
+                } else {
+                    total += n as u64;
+                }
+            }
+            if blocks == 1 << 15 {
+                total += lanes.iter().map(|&l| l as u64).sum::<u64>();
+                lanes = [0; CHUNK];
+                blocks = 0;
+            }
+        });
+        Some(total + lanes.iter().map(|&l| l as u64).sum::<u64>())
+    }
+
+    /// The increments of the tail entries whose `e / u` is exactly a half. Such an entry adds the
+    /// `q` or `q + 1` units (`r = q + 1/2`) that makes the running total even, so it needs the
+    /// total of everything before it in sorted order: the head, every other tail entry with a
+    /// larger value, and the ties above it (replayed in order, equal values one after another).
+    /// `None` (decline) for more than a few distinct tied values.
+    fn replay_ties(
+        &self,
+        row: &[f32],
+        ov: &Overlay,
+        h: usize,
+        m: i32,
+        head_units: u64,
+        ties: &mut [(f32, f64)],
+    ) -> Option<u64> {
+        let inv_u = (2.0f64).powi(23 - m);
+        ties.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+        let mut distinct = 0;
+        let mut tie_units = 0u64; // increments of the ties replayed so far (all larger values)
+        let mut i = 0;
+        while i < ties.len() {
+            distinct += 1;
+            if distinct > 8 {
+                return None;
+            }
+            let v = ties[i].0;
+            let mut above = 0u64;
+            for c in &self.sorted[h..] {
+                if c.v > v {
+                    let r = c.e as f64 * inv_u;
+                    let n = r.round_ties_even();
+                    if (r - n).abs() != 0.5 {
+                        above += n as u64;
+                    }
+                }
+            }
+            if v < self.thr {
+                above += self.count_region(row, ov, v, m, None)?;
+            }
+            let mut total = head_units + above + tie_units;
+            while i < ties.len() && ties[i].0 == v {
+                let q = ties[i].1.floor() as u64;
+                let before = total;
+                total += q;
+                if total % 2 == 1 {
+                    total += 1;
+                }
+                tie_units += total - before;
+                i += 1;
+            }
+        }
+        Some(tie_units)
+    }
+
+    /// Move the next-largest entries of the row (within 4 nats below `thr`, or all the rest far
+    /// below the max) into the sorted prefix, at most about `want` more (plus ties), so the sorts
+    /// stay small. `false` when nothing is left.
+    fn extend(&mut self, row: &[f32], ov: &Overlay, want: usize) -> bool {
+        if self.sorted.len() >= self.n {
+            return false;
+        }
+        self.scratch.clear();
+        // e == 0 far below the max: collect the rest (including -inf) in one go
+        let mut thr = if self.thr - self.max < -110.0 {
+            f32::NEG_INFINITY
+        } else {
+            self.thr - 4.0
+        };
+        let (old, max, lo) = (self.thr, self.max, thr);
+        let mut map = RawMap::of(ov);
+        let (raw_lo, raw_old) = match (map.raw_ge(lo), map.raw_ge(old)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                map = RawMap::General;
+                (lo, old)
+            }
+        };
+        let mut vbuf = [0.0f32; CHUNK];
+        let out = &mut self.scratch;
+        for_blocks(row, ov, |start, block, edited| {
+            let (vals, l, h, exact) = if map != RawMap::General && !edited {
+                (block, raw_lo, raw_old, false)
+            } else {
+                (
+                    ov.current_block(row, start, block, edited, &mut vbuf),
+                    lo,
+                    old,
+                    true,
+                )
+            };
+            let mut any = false;
+            for &x in vals {
+                any |= (x >= l) & (x < h);
+            }
+            if any {
+                for (j, &x) in vals.iter().enumerate() {
+                    if x >= l && x < h {
+                        let v = if exact { x } else { map.map(x) };
+                        out.push(Cand {
+                            v,
+                            e: (v - max).exp(),
+                            id: (start + j) as u32,
+                        });
+                    }
+                }
+            }
+        });
+        let limit = (2 * want.saturating_sub(self.sorted.len()))
+            .max(self.sorted.len())
+            .max(256);
+        if self.scratch.len() > limit {
+            // keep the `limit` largest and every entry tied with the smallest of them
+            self.scratch
+                .select_nth_unstable_by(limit - 1, |a, b| b.v.total_cmp(&a.v));
+            let w = self.scratch[limit - 1].v;
+            self.scratch.retain(|c| c.v >= w);
+            thr = w;
+        }
+        self.scratch.sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
+        self.sorted.extend_from_slice(&self.scratch);
+        self.thr = thr;
+        true
+    }
+
+    /// Make sure the sorted prefix holds at least `k` entries; `false` if that needs more than
+    /// the row has.
+    pub fn ensure_len(&mut self, row: &[f32], ov: &Overlay, k: usize) -> bool {
+        while self.sorted.len() < k {
+            if !self.extend(row, ov, k) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Put the first `k` entries of the sorted prefix in llama.cpp's exact order (the 128-bucket
+    /// sort: buckets descending, each bucket's entries in row order sorted by libstdc++'s
+    /// introsort). Nothing to do when the values at positions `0..=k` are distinct; otherwise the
+    /// buckets holding positions `0..k` are replayed. `false` when that cannot be done exactly here
+    /// (the lowest non-empty bucket, which llama.cpp heap-sorts, would be involved).
+    pub fn fix_order(&mut self, row: &[f32], ov: &Overlay, k: usize) -> bool {
+        use crate::sort::bucket_of;
+        if k == 0 {
+            return true;
+        }
+        // position k must be known too (it decides whether the set of the first k is tied)
+        if !self.ensure_len(row, ov, (k + 1).min(self.n)) {
+            return false;
+        }
+        let end = (k + 1).min(self.sorted.len());
+        if self.sorted[..end].windows(2).all(|w| w[0].v > w[1].v) {
+            return true;
+        }
+        let b = bucket_of(self.sorted[k - 1].v);
+        // the replay needs every entry of buckets >= b; entries outside the prefix are below
+        // thr, so in buckets <= bucket_of(thr)
+        while self.sorted.len() < self.n && bucket_of(self.thr) >= b {
+            if !self.extend(row, ov, 0) {
+                return false;
+            }
+        }
+        // and bucket b must not be the lowest non-empty one
+        let lowest_seen = if self.sorted.len() < self.n {
+            bucket_of(self.thr)
+        } else {
+            self.sorted
+                .iter()
+                .map(|c| bucket_of(c.v))
+                .min()
+                .unwrap_or(0)
+        };
+        if lowest_seen >= b {
+            return false;
+        }
+        self.scratch.clear();
+        self.scratch
+            .extend(self.sorted.iter().filter(|c| bucket_of(c.v) >= b));
+        self.scratch
+            .sort_unstable_by_key(|c| (std::cmp::Reverse(bucket_of(c.v)), c.id));
+        let mut i = 0;
+        while i < self.scratch.len() {
+            let bk = bucket_of(self.scratch[i].v);
+            let mut j = i;
+            while j < self.scratch.len() && bucket_of(self.scratch[j].v) == bk {
+                j += 1;
+            }
+            crate::sort::sort_by(&mut self.scratch[i..j], |a, b| a.v > b.v);
+            i = j;
+        }
+        // entries of buckets >= b are exactly the largest values, i.e. this prefix of `sorted`:
+        // writing all of them keeps `sorted` a permutation of itself
+        let len = self.scratch.len();
+        self.sorted[..len].copy_from_slice(&self.scratch);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,7 +932,12 @@ mod tests {
         b
     }
 
-    fn row_with_edits(n: usize, seed: u64, n_edits: usize, ties: bool) -> (Vec<f32>, Overlay, Vec<f32>) {
+    fn row_with_edits(
+        n: usize,
+        seed: u64,
+        n_edits: usize,
+        ties: bool,
+    ) -> (Vec<f32>, Overlay, Vec<f32>) {
         let mut g = SplitMix64(seed);
         let row: Vec<f32> = (0..n)
             .map(|_| {
@@ -219,7 +967,11 @@ mod tests {
         for seed in 0..200 {
             let n = 1 + (seed as usize * 37) % 700;
             let (row, ov, full) = row_with_edits(n, seed, (seed % 9) as usize, seed % 2 == 0);
-            assert_eq!(first_max(&row, &ov), Some(naive_first_max(&full)), "seed {seed}");
+            assert_eq!(
+                first_max(&row, &ov),
+                Some(naive_first_max(&full)),
+                "seed {seed}"
+            );
         }
     }
 
@@ -233,9 +985,14 @@ mod tests {
             let k = k.min(n);
             let ties = seed % 3 == 0;
             let (row, ov, full) = row_with_edits(n, seed, (seed % 11) as usize, ties);
-            let mut sorted: Vec<(f32, u32)> = full.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect();
+            let mut sorted: Vec<(f32, u32)> = full
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v, i as u32))
+                .collect();
             sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            let unique = sorted[..k].windows(2).all(|w| w[0].0 > w[1].0) && (n == k || sorted[k - 1].0 > sorted[k].0);
+            let unique = sorted[..k].windows(2).all(|w| w[0].0 > w[1].0)
+                && (n == k || sorted[k - 1].0 > sorted[k].0);
             match top_k_unique(&row, &ov, k, None, &mut buf) {
                 Scan::Done => {
                     assert!(unique, "seed {seed}: fast path accepted an ambiguous top-k");
@@ -248,7 +1005,10 @@ mod tests {
                 Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
             }
         }
-        assert!(declined > 0, "the tie cases should exercise the decline path");
+        assert!(
+            declined > 0,
+            "the tie cases should exercise the decline path"
+        );
     }
 
     #[test]
@@ -260,7 +1020,138 @@ mod tests {
         let mut buf = Vec::new();
         assert_eq!(top_k_unique(&row, &ov, 2, Some(2.0), &mut buf), Scan::Done);
         assert_eq!(buf, vec![(5.0, 0), (4.0, 2)]);
-        assert_eq!(top_k_unique(&row, &ov, 4, Some(2.0), &mut buf), Scan::Ambiguous);
+        assert_eq!(
+            top_k_unique(&row, &ov, 4, Some(2.0), &mut buf),
+            Scan::Ambiguous
+        );
+    }
+
+    /// fill + llama.cpp's softmax_impl(sorted) on the current values of "row + overlay".
+    fn slow_softmax(row: &[f32], ov: &Overlay) -> crate::candidates::Candidates {
+        let mut c = crate::candidates::Candidates::new();
+        ov.materialize(row, &mut c);
+        crate::ops::softmax_impl(&mut c, true);
+        c
+    }
+
+    fn check_sorted_softmax(
+        row: &[f32],
+        ov: &Overlay,
+        sm: &mut SortedSoftmax,
+        ks: &[usize],
+    ) -> Scan {
+        let r = sm.run(row, ov);
+        if r != Scan::Done {
+            return r;
+        }
+        let slow = slow_softmax(row, ov);
+        let s = slow.as_slice();
+        assert_eq!(sm.max(), s[0].logit);
+        // the sum: p_i = e_i / sum must be bit-identical for the whole prefix
+        let sum_bits: f32 = {
+            let mut cum = 0.0f32;
+            for t in s {
+                cum += (t.logit - s[0].logit).exp();
+            }
+            cum
+        };
+        assert_eq!(sm.sum().to_bits(), sum_bits.to_bits(), "sum");
+        for &k in ks {
+            let k = k.min(row.len());
+            if !sm.fix_order(row, ov, k) {
+                continue;
+            }
+            for (i, c) in sm.sorted()[..k].iter().enumerate() {
+                assert_eq!(
+                    (c.id as i32, c.v.to_bits()),
+                    (s[i].id, s[i].logit.to_bits()),
+                    "position {i} of {k}"
+                );
+                assert_eq!((c.e / sm.sum()).to_bits(), s[i].p.to_bits(), "p at {i}");
+            }
+        }
+        Scan::Done
+    }
+
+    #[test]
+    fn sorted_softmax_matches_the_full_sort_bit_for_bit() {
+        let mut sm = SortedSoftmax::default();
+        let mut done = 0;
+        let total = 240;
+        for seed in 0..total as u64 {
+            let n = 129 + (seed as usize * 131) % 6000;
+            let sigma = [0.3, 1.0, 3.0, 6.0, 15.0][seed as usize % 5];
+            let ties = seed % 4 == 0;
+            let mut g = SplitMix64(seed + 1000);
+            let row: Vec<f32> = (0..n)
+                .map(|_| {
+                    let x = g.next_normal() * sigma;
+                    if ties {
+                        ((x * 4.0).round() / 4.0) as f32
+                    } else {
+                        x as f32
+                    }
+                })
+                .collect();
+            let mut ov = Overlay::default();
+            ov.reset(n);
+            if seed % 3 == 1 {
+                ov.set((seed as usize * 7) % n, f32::NEG_INFINITY);
+                ov.set((seed as usize * 13) % n, 25.0);
+            }
+            if seed % 5 == 2 {
+                ov.push_transform(crate::overlay::Transform::Div(0.8));
+            }
+            ov.prepare();
+            if check_sorted_softmax(&row, &ov, &mut sm, &[1, 2, 5, 40, 100]) == Scan::Done {
+                done += 1;
+            }
+        }
+        assert!(
+            done > total * 3 / 4,
+            "fast path taken only {done}/{total} times"
+        );
+    }
+
+    #[test]
+    fn sorted_softmax_near_binade_edges_and_flat_rows() {
+        // sums that land on or just around powers of two, and all-equal rows (every entry tied)
+        let mut sm = SortedSoftmax::default();
+        for n in [129usize, 256, 1000, 4096] {
+            for &(a, b) in &[
+                (0.0f32, 0.0f32),
+                (0.0, -std::f32::consts::LN_2),
+                (0.0, -20.0),
+                (1.0, 1.0 - 1e-7),
+            ] {
+                let row: Vec<f32> = (0..n).map(|i| if i % 2 == 0 { a } else { b }).collect();
+                let mut ov = Overlay::default();
+                ov.reset(n);
+                ov.prepare();
+                let _ = check_sorted_softmax(&row, &ov, &mut sm, &[1, 3, n]);
+            }
+        }
+    }
+
+    #[test]
+    fn sorted_softmax_flags_bad_rows_and_declines_huge_logits() {
+        let mut sm = SortedSoftmax::default();
+        let mut row = vec![0.5f32; 300];
+        let mut ov = Overlay::default();
+        ov.reset(300);
+        ov.prepare();
+        row[17] = f32::NAN;
+        assert_eq!(sm.run(&row, &ov), Scan::Invalid);
+        row[17] = f32::INFINITY;
+        assert_eq!(sm.run(&row, &ov), Scan::Invalid);
+        row[17] = 1e30;
+        assert_eq!(
+            sm.run(&row, &ov),
+            Scan::Ambiguous,
+            "the bucket sort mis-files it: decline"
+        );
+        let row = vec![f32::NEG_INFINITY; 300];
+        assert_eq!(sm.run(&row, &ov), Scan::Ambiguous);
     }
 
     #[test]
@@ -275,7 +1166,11 @@ mod tests {
                 ov.prepare();
                 let mut buf = Vec::new();
                 assert_eq!(first_max(&row, &ov), None, "{bad} at {pos}");
-                assert_eq!(top_k_unique(&row, &ov, 3, None, &mut buf), Scan::Invalid, "{bad} at {pos}");
+                assert_eq!(
+                    top_k_unique(&row, &ov, 3, None, &mut buf),
+                    Scan::Invalid,
+                    "{bad} at {pos}"
+                );
             }
         }
     }

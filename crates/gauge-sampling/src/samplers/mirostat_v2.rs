@@ -7,11 +7,20 @@
 //! `discrete_distribution` from the stage's own generator (no draw when one candidate is left);
 //! `mu -= eta * (-log2f(p_drawn) - tau)` with the renormalised p. `mu` starts at `2 * tau`.
 //! Only the surviving prefix is scanned for the cut, so the cost beyond the sort is O(kept).
+//!
+//! # Fast path
+//!
+//! As the first dense stage (after `temp`, which the chain records as a pending division) the stage
+//! reads the row directly: [`SortedSoftmax`] gives the exact f32 sum and the sorted top without
+//! sorting the vocabulary, which is all the cut, the renormalisation and the draw read. The array
+//! left behind is exactly the slow path's: the kept prefix with its renormalised `p`.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::ops::softmax_impl;
+use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
-use crate::sampler::{Sampler, Shift};
+use crate::sampler::{FromRow, Sampler, Shift};
+use crate::scan::{Scan, SortedSoftmax};
 
 /// The live mirostat v2 stage.
 #[derive(Clone, Debug)]
@@ -21,6 +30,8 @@ pub struct MirostatV2 {
     eta: f32,
     mu: f32,
     rng: Mt19937,
+    /// Scratch of the row fast path, reused across steps.
+    soft: SortedSoftmax,
 }
 
 impl MirostatV2 {
@@ -32,12 +43,22 @@ impl MirostatV2 {
             eta,
             mu: 2.0 * tau,
             rng: Mt19937::new(resolve_seed(seed)),
+            soft: SortedSoftmax::default(),
         }
     }
 
     /// The current surprise limit `mu` (the feedback state).
     pub fn mu(&self) -> f32 {
         self.mu
+    }
+
+    /// Draw from the renormalised kept set and move `mu` (both paths end here).
+    fn draw(&mut self, cur: &mut Candidates) {
+        let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
+        cur.selected = Some(idx);
+        let observed_surprise = -cur.as_slice()[idx].p.log2();
+        let e = observed_surprise - self.tau;
+        self.mu -= self.eta * e;
     }
 }
 
@@ -66,11 +87,54 @@ impl Sampler for MirostatV2 {
             .unwrap_or(cur.len());
         cur.truncate(keep.max(1));
         softmax_impl(cur, true);
-        let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
-        cur.selected = Some(idx);
-        let observed_surprise = -cur.as_slice()[idx].p.log2();
-        let e = observed_surprise - self.tau;
-        self.mu -= self.eta * e;
+        self.draw(cur);
+    }
+
+    /// The same step from "row + overlay" without sorting the vocabulary (see the module docs).
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        match self.soft.run(row, ov) {
+            Scan::Done => {}
+            Scan::Ambiguous => return FromRow::Declined,
+            Scan::Invalid => return FromRow::Invalid,
+        }
+        // the cut: first entry (descending) with -log2(p) > mu, p = e / sum as softmax_impl stores it
+        let (mu, sum) = (self.mu, self.soft.sum());
+        let mut keep = None;
+        let mut i = 0;
+        while keep.is_none() {
+            if !self.soft.ensure_len(row, ov, i + 1) {
+                if self.soft.sorted().len() < row.len() {
+                    return FromRow::Declined;
+                }
+                keep = Some(i);
+                break;
+            }
+            let p = self.soft.sorted()[i].e / sum;
+            if -p.log2() > mu {
+                keep = Some(i);
+            }
+            i += 1;
+        }
+        let keep = keep.unwrap_or(0).max(1);
+        if !self.soft.fix_order(row, ov, keep) {
+            return FromRow::Declined;
+        }
+        // second softmax_impl over the kept, still sorted prefix: same max, same e, new f32 sum
+        let top = &self.soft.sorted()[..keep];
+        let mut cum = 0.0f32;
+        for c in top {
+            cum += c.e;
+        }
+        cur.set_data(
+            top.iter().map(|c| TokenData {
+                id: c.id as TokenId,
+                logit: c.v,
+                p: c.e / cum,
+            }),
+            true,
+        );
+        self.draw(cur);
+        FromRow::Done
     }
 
     fn reset(&mut self) {

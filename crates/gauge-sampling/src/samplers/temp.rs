@@ -4,9 +4,14 @@
 //! differently). `t <= 0` keeps the first maximal logit and masks the rest to `-inf`, without
 //! reordering or shrinking the array; `dist` afterwards still draws. `sorted` is left as it was.
 //! common uses this stage only in the mirostat chains; the normal temperature slot is `temp-ext`.
+//!
+//! On the chain's row fast path, `t > 0` is recorded as a pending division in the overlay instead
+//! of dividing 150k logits into a filled array: the next dense stage divides as it reads (the same
+//! f32 division per element). The `t <= 0` mask depends on the whole row and takes the slow path.
 
 use crate::candidates::Candidates;
 use crate::ops::temp_impl;
+use crate::overlay::{Overlay, Transform};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -31,6 +36,9 @@ impl Sampler for Temp {
     }
     fn apply(&mut self, cur: &mut Candidates) {
         temp_impl(cur, self.t);
+    }
+    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
+        self.t > 0.0 && self.t.is_finite() && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: a shift `c` becomes a shift `c / t`, which softmax ignores (up to f32 rounding);
     /// the `t <= 0` argmax does not depend on a shift at all.

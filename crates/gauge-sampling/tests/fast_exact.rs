@@ -1,0 +1,129 @@
+//! The expensive chains' fast paths (mirostat without the full sort, temperature and top-n-sigma
+//! as pending transforms, dist from the row) must be bit-identical to llama.cpp's fill-then-apply
+//! path: same tokens, same final candidate arrays (ids, logits and `p` bits), same feedback state.
+//! Rows come in several shapes: wide and narrow normals, heavy ties (quantised logits), flat rows,
+//! rows with bans and biases, so that every decline path and the tie replays run too.
+
+use gauge_sampling::params::SamplingParams;
+use gauge_sampling::synth::SplitMix64;
+use gauge_sampling::{Chain, TokenData};
+
+/// Row shapes: `(sigma, quantum)`; a quantum > 0 rounds logits to multiples of it (ties).
+const SHAPES: [(f64, f64); 7] = [
+    (3.0, 0.0),
+    (1.0, 0.0),
+    (8.0, 0.0),
+    (3.0, 0.5),
+    (0.3, 0.25),
+    (3.0, 1.0 / 64.0),
+    (0.0, 0.0),
+];
+
+fn rows(n_vocab: usize, n_rows: usize, seed: u64, shape: (f64, f64)) -> Vec<Vec<f32>> {
+    let mut g = SplitMix64(seed);
+    let (sigma, q) = shape;
+    (0..n_rows)
+        .map(|_| {
+            (0..n_vocab)
+                .map(|_| {
+                    let x = g.next_normal() * sigma;
+                    if q > 0.0 {
+                        ((x / q).round() * q) as f32
+                    } else {
+                        x as f32
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn chain_for(json: &serde_json::Value, n_vocab: usize) -> Chain {
+    let params: SamplingParams = serde_json::from_value(json.clone()).unwrap();
+    Chain::from_params(&params, n_vocab, None).unwrap()
+}
+
+fn bits(c: &[TokenData]) -> Vec<(i32, u32, u32)> {
+    c.iter()
+        .map(|t| (t.id, t.logit.to_bits(), t.p.to_bits()))
+        .collect()
+}
+
+/// Run both paths for `steps` steps (each accepting its own token) and compare everything.
+fn assert_same_run(
+    name: &str,
+    chain: &Chain,
+    rows: &[Vec<f32>],
+    history: &[i32],
+    steps: usize,
+    compare_arrays: bool,
+) {
+    let mut fast = chain.clone().with_fast_path(true);
+    let mut slow = chain.clone().with_fast_path(false);
+    for &t in history {
+        fast.accept_prompt(t);
+        slow.accept_prompt(t);
+    }
+    for step in 0..steps {
+        let row = &rows[step % rows.len()];
+        let a = fast.sample(row).unwrap();
+        let b = slow.sample(row).unwrap();
+        assert_eq!(
+            a, b,
+            "{name}: step {step}: fast path chose {a}, fill path chose {b}"
+        );
+        if compare_arrays {
+            assert_eq!(
+                bits(fast.last_candidates().as_slice()),
+                bits(slow.last_candidates().as_slice()),
+                "{name}: step {step}: final candidate arrays differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn mirostat_v2_fast_path_matches_the_full_sort() {
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        for (n_vocab, temp) in [
+            (200usize, 0.8f32),
+            (1000, 1.0),
+            (5000, 0.8),
+            (32000, 0.8),
+            (3000, 1.7),
+        ] {
+            for (tau, eta) in [(5.0f32, 0.1f32), (3.0, 0.5), (9.0, 0.2)] {
+                let json = serde_json::json!({"seed": 42 + si, "mirostat": 2, "mirostat_tau": tau,
+                    "mirostat_eta": eta, "temperature": temp});
+                let rows = rows(n_vocab, 4, 7 + si as u64, shape);
+                let chain = chain_for(&json, n_vocab);
+                let name = format!("mirostat-v2 n={n_vocab} t={temp} tau={tau} shape={shape:?}");
+                assert_same_run(&name, &chain, &rows, &[], 24, true);
+            }
+        }
+    }
+}
+
+#[test]
+fn mirostat_v2_fast_path_with_bans_and_biases_matches() {
+    let n_vocab = 4000;
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        let mut rows = rows(n_vocab, 3, 100 + si as u64, shape);
+        for r in rows.iter_mut() {
+            for i in (0..n_vocab).step_by(11) {
+                r[i] = f32::NEG_INFINITY;
+            }
+        }
+        let json = serde_json::json!({"seed": 5, "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.3,
+            "temperature": 0.7, "logit_bias": [[1, 30.0], [2, false], [3, 5.5], [4, -2.0], [1, 0.25]]});
+        let chain = chain_for(&json, n_vocab);
+        assert_same_run(
+            &format!("mirostat-v2 biased shape={shape:?}"),
+            &chain,
+            &rows,
+            &[],
+            20,
+            true,
+        );
+    }
+}
