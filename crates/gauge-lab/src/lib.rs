@@ -20,6 +20,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod error;
+pub mod json;
 pub mod ops;
 pub mod plot;
 pub mod prefixes;

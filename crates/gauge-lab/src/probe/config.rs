@@ -247,6 +247,8 @@ pub enum Role {
     ZpRef,
     /// c = −median top-1 at the zero-point θ: the own-median gauge.
     ZpNatural,
+    /// One (op, θ) output of the A2 JSON task.
+    Json,
 }
 
 /// One greedy decode of one prefix.

@@ -25,7 +25,7 @@
 
 mod analysis;
 mod config;
-mod decode;
+pub(crate) mod decode;
 mod raw;
 
 pub use analysis::{analyze, f32_to_decimal_f64, Analysis, ConditionDetail, ZeroPointDetail};

@@ -1,0 +1,216 @@
+//! A2 (`gauge json`): the prompt text against Python, scoring, and the resumable shared decode on the
+//! deterministic source.
+
+use gauge_engine::LogitSource;
+use gauge_lab::json::schema::{a2_schemas, json_prompt, SchemaCheck};
+use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary, TextCodec};
+use gauge_lab::probe::fnv1a64;
+use gauge_lab::testing::{HashSource, HashSourceConfig};
+use gauge_lab::{LabError, RunControl};
+use gauge_sampling::TokenId;
+use std::path::{Path, PathBuf};
+
+#[test]
+fn schema_dumps_are_byte_identical_to_python_json_dumps_indent_2() {
+    let r: serde_json::Value = serde_json::from_str(include_str!("data/a2_dumps.json")).unwrap();
+    let s = a2_schemas();
+    assert_eq!(s[0].dumped, r["first_dump"].as_str().unwrap());
+    let want: Vec<u64> = r["fnv1a64"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let got: Vec<u64> = s.iter().map(|e| fnv1a64(e.dumped.as_bytes())).collect();
+    let bad: Vec<&str> = s
+        .iter()
+        .zip(got.iter().zip(&want))
+        .filter(|(_, (g, w))| g != w)
+        .map(|(e, _)| e.id.as_str())
+        .collect();
+    assert!(bad.is_empty(), "dumps differing from Python: {bad:?}");
+    let p = json_prompt(&s[0]);
+    assert!(p.starts_with("Output ONLY a single JSON object that conforms to this JSON Schema. Do not include any explanation.\nJSON Schema:\n{\n  \"title\": \"Ground\""));
+    assert!(p.ends_with("}\nJSON object:\n"));
+}
+
+#[test]
+fn outputs_are_scored_like_the_notes_first_json_and_schema_valid() {
+    // schema 0: {"transparency": integer in [0, 100]}, additionalProperties false
+    let c = SchemaCheck::new(&a2_schemas()[0]);
+    let reason = |o: &str| score(o, &c).1;
+    assert_eq!(
+        score("Here: {\"transparency\": 30}\n\n", &c),
+        (true, "valid".into(), Some("{\"transparency\": 30}".into()))
+    );
+    assert_eq!(reason("{\"transparency\": 300}"), "schema_invalid");
+    assert_eq!(reason("{\"transparency\": 30, \"x\": 1}"), "schema_invalid");
+    assert_eq!(reason("{transparency: 30}"), "parse_error");
+    assert_eq!(reason("no object here"), "no_json");
+    assert_eq!(reason("{\"transparency\": 30"), "no_json");
+}
+
+/// Token pieces chosen so greedy outputs of the hash source hit braces, stop strings and EOG.
+struct ToyCodec;
+
+impl TextCodec for ToyCodec {
+    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+        // bytes folded into the vocabulary, capped so prompts stay short
+        Ok(text
+            .bytes()
+            .take(40)
+            .map(|b| TokenId::from(b) % 500 + 4)
+            .collect())
+    }
+    fn piece(&self, t: TokenId) -> Vec<u8> {
+        match t % 23 {
+            0 => b"\n\n".to_vec(),
+            1 | 2 => b"{".to_vec(),
+            3 | 4 => b"}".to_vec(),
+            5 => b"\"a\": 1".to_vec(),
+            _ => b"x".to_vec(),
+        }
+    }
+    fn is_eog(&self, t: TokenId) -> bool {
+        t == 3
+    }
+}
+
+fn cfg() -> JsonConfig {
+    JsonConfig {
+        model: "hash-source".into(),
+        schemas: 7,
+        max_tokens: 40,
+        batch_schemas: 3,
+        ..JsonConfig::default()
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gauge-lab-json-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run(
+    root: &Path,
+    cfg: &JsonConfig,
+    ctl: RunControl,
+) -> (Result<JsonSummary, LabError>, HashSource) {
+    let mut src = HashSource::new(HashSourceConfig::default());
+    let r = run_json(&mut src, &ToyCodec, cfg, root, &ctl);
+    (r, src)
+}
+
+#[test]
+fn shared_json_decode_matches_the_unshared_run_with_less_work() {
+    let cfg = cfg();
+    let (a, src) = run(&tmp("shared"), &cfg, RunControl::default());
+    let a = a.unwrap();
+    let (b, _) = run(
+        &tmp("naive"),
+        &cfg,
+        RunControl {
+            sharing: false,
+            ..RunControl::default()
+        },
+    );
+    let b = b.unwrap();
+    assert_eq!(
+        JsonSummary {
+            forward_tokens: 0,
+            ..a.clone()
+        },
+        JsonSummary {
+            forward_tokens: 0,
+            ..b.clone()
+        }
+    );
+    assert_eq!(b.forward_tokens, b.naive_forward_tokens);
+    assert!(a.forward_tokens < a.naive_forward_tokens, "{a:?}");
+    assert_eq!(a.forward_tokens, src.forward_tokens());
+    assert_eq!(src.live(), 0);
+    assert_eq!(a.conditions.len(), 6);
+    assert!(a.conditions.iter().all(|c| c.n == 7));
+}
+
+#[test]
+fn json_lines_record_stop_reasons_and_outputs() {
+    let cfg = cfg();
+    let root = tmp("lines");
+    run(
+        &root,
+        &cfg,
+        RunControl {
+            plots: true,
+            ..RunControl::default()
+        },
+    )
+    .0
+    .unwrap();
+    let dir = json_run_dir(&root, &cfg);
+    let lines: Vec<gauge_lab::json::JsonLine> = std::fs::read_to_string(dir.join("raw.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7 * 6);
+    for l in &lines {
+        match l.stop.as_str() {
+            "eog" => assert_eq!(*l.tokens.last().unwrap(), 3),
+            "stop_string" => assert!(l.output.contains("\n\n")),
+            "max_tokens" => assert_eq!(l.tokens.len(), 40),
+            other => panic!("{other}"),
+        }
+        assert_eq!(l.valid, l.reason == "valid");
+    }
+    assert!(
+        lines.iter().any(|l| l.stop != "max_tokens"),
+        "the toy codec must exercise early stops"
+    );
+    for f in [
+        "config.json",
+        "summary.json",
+        "REPORT.md",
+        "json_validity_vs_theta.svg",
+        "json_validity_vs_theta.png",
+    ] {
+        assert!(dir.join(f).is_file(), "{f}");
+    }
+    let report = std::fs::read_to_string(dir.join("REPORT.md")).unwrap();
+    assert!(
+        report.contains("| 1.3 |")
+            && report.contains("0.225")
+            && report.contains("Determinism check")
+    );
+}
+
+#[test]
+fn json_resume_after_abort_reproduces_the_summary_byte_for_byte() {
+    let cfg = cfg();
+    let whole = tmp("whole");
+    run(&whole, &cfg, RunControl::default()).0.unwrap();
+    let want = std::fs::read(json_run_dir(&whole, &cfg).join("summary.json")).unwrap();
+    let root = tmp("resumed");
+    let r = run(
+        &root,
+        &cfg,
+        RunControl {
+            abort_after_chunks: Some(1),
+            ..RunControl::default()
+        },
+    )
+    .0;
+    assert!(matches!(r, Err(LabError::Aborted { chunks: 1 })), "{r:?}");
+    let raw = json_run_dir(&root, &cfg).join("raw.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&raw).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"chunk\":1,\"sch").unwrap();
+    drop(f);
+    run(&root, &cfg, RunControl::default()).0.unwrap();
+    assert_eq!(
+        std::fs::read(json_run_dir(&root, &cfg).join("summary.json")).unwrap(),
+        want
+    );
+    let n = std::fs::read_to_string(&raw).unwrap().lines().count();
+    assert_eq!(n, 7 * 6, "no output lost or counted twice");
+}
