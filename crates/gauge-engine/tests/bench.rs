@@ -1,0 +1,212 @@
+//! The bench library on tiny sizes: the rows it produces, the ratio, the JSON shape, agreement
+//! between gauge's and llama.cpp's chains, bad options refused, and a short decode run.
+
+mod common;
+
+use std::sync::Arc;
+
+use gauge_engine::bench::{
+    median, run_decode_bench, run_sampling_bench, DecodeBenchOptions, Row, RowSet,
+    SamplingBenchOptions, SYNTHETIC_LABEL,
+};
+use gauge_engine::EngineError;
+use gauge_sampling::synth::normal_rows;
+use gauge_sampling::SamplingError;
+
+fn tiny(chains: &[&str]) -> SamplingBenchOptions {
+    SamplingBenchOptions {
+        row_sets: vec![RowSet::synthetic(1000)],
+        chains: chains.iter().map(|s| s.to_string()).collect(),
+        iters: 8,
+        block: 4,
+        agree_steps: 16,
+        dry_vocab: None,
+        progress: false,
+    }
+}
+
+#[test]
+fn synthetic_rows_are_the_documented_normal_rows() {
+    let set = RowSet::synthetic(1000);
+    assert_eq!(set.label, SYNTHETIC_LABEL);
+    assert_eq!(set.n_vocab(), 1000);
+    assert_eq!(set.rows, normal_rows(1000, 8, 3.0, 42));
+}
+
+#[test]
+fn vocabulary_free_chains_give_one_row_each_with_the_ratio_and_full_agreement() {
+    let rows = run_sampling_bench(&tiny(&["greedy", "default", "mirostat-v2"])).unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r.chain.as_str()).collect();
+    assert_eq!(names, ["greedy", "default", "mirostat-v2"]);
+    for r in &rows {
+        assert_eq!(r.n_vocab, 1000);
+        assert_eq!(r.rows, SYNTHETIC_LABEL);
+        assert!(r.gauge_us > 0.0 && r.gauge_us.is_finite(), "{r:?}");
+        assert!(r.llama_cpp_us > 0.0 && r.llama_cpp_us.is_finite(), "{r:?}");
+        assert_eq!(r.ratio, r.llama_cpp_us / r.gauge_us);
+        assert_eq!(r.blocks, 2);
+        assert_eq!(r.tokens_compared, 16);
+        // gauge is llama.cpp-exact on these chains: every choice must be the same.
+        assert_eq!(r.tokens_agree, r.tokens_compared, "{r:?}");
+    }
+}
+
+#[test]
+fn json_rows_carry_the_documented_keys() {
+    let rows = run_sampling_bench(&tiny(&["greedy"])).unwrap();
+    let v = serde_json::to_value(&rows).unwrap();
+    let list = v.as_array().expect("a JSON list");
+    assert_eq!(list.len(), 1);
+    let obj = list[0].as_object().unwrap();
+    for key in ["chain", "n_vocab", "gauge_us", "llama_cpp_us", "ratio"] {
+        assert!(obj.contains_key(key), "missing {key}: {obj:?}");
+    }
+    assert_eq!(obj["chain"], "greedy");
+    assert_eq!(obj["n_vocab"], 1000);
+    let back: Vec<Row> = serde_json::from_value(v).unwrap();
+    assert_eq!(back, rows);
+}
+
+#[test]
+fn ratio_is_llama_cpp_time_over_gauge_time() {
+    let r = Row::new("default", 32000, SYNTHETIC_LABEL, 20.0, 90.0);
+    assert_eq!(r.ratio, 4.5);
+}
+
+#[test]
+fn median_of_odd_and_even_counts() {
+    assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    assert!(median(&mut []).is_nan());
+}
+
+#[test]
+fn dry_chains_without_a_vocabulary_are_refused() {
+    let err = run_sampling_bench(&tiny(&["default+penalties+dry"])).unwrap_err();
+    assert!(
+        matches!(err, EngineError::Sampling(SamplingError::NeedsVocab { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_sampling_options_are_typed_errors() {
+    let err = run_sampling_bench(&tiny(&["no-such-chain"])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Option {
+                field: "chains",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut o = tiny(&["greedy"]);
+    o.iters = 0;
+    assert!(matches!(
+        run_sampling_bench(&o).unwrap_err(),
+        EngineError::Option { field: "iters", .. }
+    ));
+    let mut o = tiny(&["greedy"]);
+    o.block = 0;
+    assert!(matches!(
+        run_sampling_bench(&o).unwrap_err(),
+        EngineError::Option { field: "block", .. }
+    ));
+    let mut o = tiny(&["greedy"]);
+    o.row_sets = vec![RowSet {
+        label: "ragged".into(),
+        rows: vec![vec![0.0; 10], vec![0.0; 11]],
+    }];
+    assert!(matches!(
+        run_sampling_bench(&o).unwrap_err(),
+        EngineError::Option {
+            field: "row_sets",
+            ..
+        }
+    ));
+    let mut o = tiny(&["greedy"]);
+    o.row_sets = vec![RowSet {
+        label: "nan".into(),
+        rows: vec![vec![0.0, f32::NAN]],
+    }];
+    assert!(matches!(
+        run_sampling_bench(&o).unwrap_err(),
+        EngineError::Sampling(SamplingError::NonFiniteLogit { index: 1, .. })
+    ));
+}
+
+#[test]
+fn dry_chains_agree_with_llama_cpp_through_the_models_breakers() {
+    let model = common::model();
+    let mut o = tiny(&["default+penalties+dry"]);
+    o.dry_vocab = Some(Arc::clone(&model));
+    let rows = run_sampling_bench(&o).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].tokens_agree, rows[0].tokens_compared,
+        "{:?}",
+        rows[0]
+    );
+}
+
+#[test]
+fn model_rows_have_the_models_width_and_run_every_chain() {
+    let model = common::model();
+    let set = RowSet::from_model(&model, "smollm2", 3, 2).unwrap();
+    assert_eq!(set.rows.len(), 3);
+    assert_eq!(set.n_vocab(), model.n_vocab());
+    // Two different prompts: the third row is not a continuation of the second.
+    assert_ne!(set.rows[1], set.rows[2]);
+    let o = SamplingBenchOptions {
+        row_sets: vec![set],
+        iters: 2,
+        block: 2,
+        agree_steps: 4,
+        dry_vocab: Some(Arc::clone(&model)),
+        ..Default::default()
+    };
+    let rows = run_sampling_bench(&o).unwrap();
+    assert_eq!(rows.len(), 5, "every scenario");
+    assert!(rows
+        .iter()
+        .all(|r| r.n_vocab == model.n_vocab() && r.rows == "smollm2"));
+}
+
+#[test]
+fn decode_bench_reports_both_samplers_per_width() {
+    let model = common::model();
+    let o = DecodeBenchOptions {
+        widths: vec![1, 2],
+        tokens: 3,
+        rounds: 1,
+        n_threads: 1,
+        ..Default::default()
+    };
+    let rows = run_decode_bench(&model, &o).unwrap();
+    assert_eq!(rows.iter().map(|r| r.n_seq).collect::<Vec<_>>(), [1, 2]);
+    for r in &rows {
+        assert_eq!(r.tokens_per_run, r.n_seq * 3);
+        assert!(r.gauge_tps > 0.0 && r.llama_cpp_tps > 0.0, "{r:?}");
+        assert!(
+            r.gauge_overhead_pct > 0.0 && r.gauge_overhead_pct < 100.0,
+            "{r:?}"
+        );
+        assert!(
+            r.llama_cpp_overhead_pct > 0.0 && r.llama_cpp_overhead_pct < 100.0,
+            "{r:?}"
+        );
+    }
+    let bad = DecodeBenchOptions {
+        widths: vec![0],
+        ..o
+    };
+    assert!(matches!(
+        run_decode_bench(&model, &bad).unwrap_err(),
+        EngineError::Option {
+            field: "widths",
+            ..
+        }
+    ));
+}
