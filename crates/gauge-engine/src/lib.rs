@@ -56,6 +56,7 @@
 //!   are CPU-only); set `ModelOptions::n_gpu_layers` to offload.
 
 pub mod batch;
+pub mod bench;
 pub mod error;
 pub mod generate;
 pub mod llama_source;
@@ -68,7 +69,7 @@ pub use error::{EngineError, Result};
 pub use generate::{generate, GenerateRequest, Generation, Generator, StopReason, Timings};
 pub use llama_source::LlamaSource;
 pub use model::{Model, ModelInfo, ModelOptions, Utf8Stream};
-pub use reference::ReferenceChain;
+pub use reference::{ReferenceChain, ValidRow};
 pub use registry::{
     resolve_data, resolve_model, Registry, RegistryEntry, RegistryError, DEFAULT_MODEL,
 };
