@@ -8,6 +8,7 @@ mod cmd_generate;
 mod cmd_models;
 mod cmd_probe;
 mod cmd_replay;
+mod cmd_serve;
 mod sampling_args;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Cmd {
     Models(cmd_models::ModelsArgs),
     /// Generate text from a GGUF model with gauge's sampler chain.
     Generate(cmd_generate::GenerateArgs),
+    /// Serve the model over HTTP: OpenAI and llama-server APIs, gauge's chain per request.
+    Serve(cmd_serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
+        Cmd::Serve(a) => cmd_serve::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -425,6 +425,32 @@ impl Model {
             .apply_chat_template(tmpl, &[msg], true)
             .map_err(|e| EngineError::ChatTemplate(e.to_string()))
     }
+
+    /// A whole conversation (`(role, content)` pairs: system, user, assistant, ...) in the
+    /// model's chat template, ending with the opening of the assistant turn. The server's
+    /// chat endpoint needs more than the single user message of [`Model::apply_chat_template`].
+    pub fn apply_chat_messages(&self, messages: &[(&str, &str)]) -> Result<String> {
+        let tmpl = self
+            .chat_template
+            .as_ref()
+            .ok_or(EngineError::NoChatTemplate)?;
+        let total: usize = messages.iter().map(|(r, c)| r.len() + c.len()).sum();
+        if total > (i32::MAX as usize) / 4 {
+            return Err(EngineError::Text(
+                "the conversation is too long for the chat template".into(),
+            ));
+        }
+        let msgs = messages
+            .iter()
+            .map(|&(role, content)| {
+                LlamaChatMessage::new(role.into(), content.into())
+                    .map_err(|e| EngineError::Text(format!("a message contains a NUL byte ({e})")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.inner
+            .apply_chat_template(tmpl, &msgs, true)
+            .map_err(|e| EngineError::ChatTemplate(e.to_string()))
+    }
 }
 
 impl Vocab for Model {

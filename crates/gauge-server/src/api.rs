@@ -1,0 +1,709 @@
+//! HTTP routes and the JSON shapes of OpenAI's and llama-server's APIs.
+//!
+//! Every generation handler follows one path: read the body (counting bytes against
+//! `--max-body-bytes`), parse JSON, take an in-flight place (429 beyond `parallel + max_queue`),
+//! prepare the job on a blocking worker ([`crate::request::prepare`]), hand it to the engine, then
+//! either collect the events into one JSON response or turn them into server-sent events as they
+//! come. The in-flight place is an RAII guard owned by the response (the SSE stream for
+//! streaming requests), so it is released exactly when the client is done or gone.
+//!
+//! Streams end with `data: [DONE]` on the OpenAI endpoints; llama-server's `/completion` ends with
+//! a chunk that has `"stop": true`, as llama-server does. A failure after the stream started is
+//! sent as a `data: {"error": {...}}` event (the `openai` client raises it as an `APIError`).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use gauge_engine::Model;
+use gauge_sampling::TokenId;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::config::ServerConfig;
+use crate::engine::{EngineStats, Event, Finish, Job, Msg, TokenProb};
+use crate::error::ApiError;
+use crate::request::{prepare, Endpoint, Prepared};
+
+/// Shared by every handler.
+pub(crate) struct AppState {
+    pub cfg: ServerConfig,
+    pub model: Arc<Model>,
+    pub model_id: String,
+    pub engine: std::sync::mpsc::Sender<Msg>,
+    pub stats: Arc<EngineStats>,
+    pub in_flight: AtomicUsize,
+    pub draining: AtomicBool,
+    pub next_id: AtomicU64,
+    /// Unix time the server started (ids, `/v1/models`).
+    pub started: u64,
+}
+
+/// One in-flight place; released on drop.
+pub(crate) struct InFlight(Arc<AppState>);
+
+impl InFlight {
+    fn acquire(st: &Arc<AppState>) -> Result<InFlight, ApiError> {
+        let max = st.cfg.max_in_flight();
+        let prev = st.in_flight.fetch_add(1, Ordering::AcqRel);
+        if prev >= max {
+            st.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::busy(prev, max));
+        }
+        Ok(InFlight(Arc::clone(st)))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pub(crate) fn router(st: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/completions", post(completions))
+        .route("/completion", post(native))
+        .fallback(not_found)
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&st), auth))
+        .with_state(st)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(uri.path())
+}
+
+/// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn key_matches(headers: &HeaderMap, key: &str) -> bool {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let x_api = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    [bearer, x_api]
+        .into_iter()
+        .flatten()
+        .any(|k| same_key(k.as_bytes(), key.as_bytes()))
+}
+
+/// With `--api-key`, every route but `/health` needs `Authorization: Bearer <key>` (or
+/// llama-server's `X-Api-Key`).
+async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.cfg.api_key {
+        let path = req.uri().path();
+        let public = path == "/health" || path == "/v1/health";
+        if !public && !key_matches(req.headers(), key) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    if st.draining.load(Ordering::Relaxed) {
+        return ApiError::shutting_down().into_response();
+    }
+    Json(json!({
+        "status": "ok",
+        "model": st.model_id,
+        "parallel": st.cfg.parallel,
+        "live": st.stats.live.load(Ordering::Relaxed),
+        "waiting": st.stats.waiting.load(Ordering::Relaxed),
+        "in_flight": st.in_flight.load(Ordering::Relaxed),
+        "requests_finished": st.stats.finished.load(Ordering::Relaxed),
+        "tokens_generated": st.stats.tokens.load(Ordering::Relaxed),
+    }))
+    .into_response()
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
+    let info = st.model.info();
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": st.model_id,
+            "object": "model",
+            "created": st.started,
+            "owned_by": "gauge",
+            "meta": {
+                "n_vocab": info.n_vocab,
+                "n_ctx_train": info.n_ctx_train,
+                "n_params": info.n_params,
+                "size": info.size_bytes,
+                "ctx_size": st.cfg.ctx_size,
+                "parallel": st.cfg.parallel,
+                "max_tokens": st.cfg.max_tokens,
+            }
+        }]
+    }))
+}
+
+async fn chat(State(st): State<Arc<AppState>>, body: Body) -> Response {
+    generate(st, Endpoint::Chat, body).await
+}
+
+async fn completions(State(st): State<Arc<AppState>>, body: Body) -> Response {
+    generate(st, Endpoint::Completions, body).await
+}
+
+async fn native(State(st): State<Arc<AppState>>, body: Body) -> Response {
+    generate(st, Endpoint::Native, body).await
+}
+
+/// The body, refused with 413 as soon as it passes `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || {
+        ApiError::invalid(
+            None,
+            format!(
+                "the request body is larger than {limit} bytes (the server's --max-body-bytes)"
+            ),
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+        .with_code("request_too_large")
+    };
+    let mut out = Vec::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid(None, format!("reading the request body: {e}")))?;
+        if out.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+async fn generate(st: Arc<AppState>, ep: Endpoint, body: Body) -> Response {
+    match generate_inner(st, ep, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// What a response needs besides the events.
+struct Meta {
+    ep: Endpoint,
+    id: String,
+    created: u64,
+    model: Arc<Model>,
+    model_id: String,
+    logprobs: bool,
+    include_usage: bool,
+    return_tokens: bool,
+    /// `"gauge": {...}` when the request asked for `echo_chain`.
+    echo: Option<Value>,
+    /// llama-server's `generation_settings`.
+    settings: Value,
+    prompt_text: String,
+    n_prompt: usize,
+}
+
+async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<Response, ApiError> {
+    if st.draining.load(Ordering::Relaxed) {
+        return Err(ApiError::shutting_down());
+    }
+    let bytes = read_body(body, st.cfg.max_body_bytes).await?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(None, format!("malformed JSON: {e}")))?;
+    let guard = InFlight::acquire(&st)?;
+    let st2 = Arc::clone(&st);
+    let prep: Prepared =
+        tokio::task::spawn_blocking(move || prepare(ep, &value, &st2.model, &st2.cfg))
+            .await
+            .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
+
+    let n = st.next_id.fetch_add(1, Ordering::Relaxed);
+    let prefix = match ep {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completions => "cmpl",
+        Endpoint::Native => "gauge",
+    };
+    let echo = prep.echo_chain.then(|| {
+        json!({
+            "chain": prep.chain.describe(),
+            "seed": prep.params.seed,
+            "params": prep.params.to_value(),
+        })
+    });
+    let mut settings = prep.params.to_value();
+    if let Value::Object(m) = &mut settings {
+        m.insert("n_predict".into(), json!(prep.max_tokens));
+        m.insert("stop".into(), json!(prep.stop));
+        m.insert("stream".into(), json!(prep.stream));
+    }
+    let meta = Meta {
+        ep,
+        id: format!("{prefix}-{:x}-{n}", st.started),
+        created: unix_now(),
+        model: Arc::clone(&st.model),
+        model_id: st.model_id.clone(),
+        logprobs: prep.logprobs,
+        include_usage: prep.include_usage,
+        return_tokens: prep.return_tokens,
+        echo,
+        settings,
+        prompt_text: prep.prompt_text,
+        n_prompt: prep.prompt.len(),
+    };
+    let (tx, rx) = unbounded_channel();
+    let job = Job {
+        prompt: prep.prompt,
+        chain: prep.chain,
+        max_tokens: prep.max_tokens,
+        logprobs: prep.logprobs,
+        n_probs: prep.n_probs,
+        stop: prep.stop,
+        ignore_eos: prep.ignore_eos,
+        events: tx,
+    };
+    st.engine
+        .send(Msg::Job(Box::new(job)))
+        .map_err(|_| ApiError::shutting_down())?;
+    if prep.stream {
+        Ok(stream_response(meta, rx, guard))
+    } else {
+        collect(meta, rx).await.map(|v| Json(v).into_response())
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token rendering
+
+/// JSON has no infinity: a banned alternative shows as OpenAI's floor, -9999.
+fn lp(x: f32) -> f64 {
+    if x.is_finite() {
+        x as f64
+    } else {
+        -9999.0
+    }
+}
+
+/// A token's text (control tokens shown) and bytes.
+fn token_text(model: &Model, id: TokenId) -> (String, Vec<u8>) {
+    let bytes = model.token_bytes_checked(id, true).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// OpenAI chat `logprobs.content[i]`.
+fn chat_logprob(model: &Model, id: TokenId, p: &TokenProb) -> Value {
+    let (text, bytes) = token_text(model, id);
+    let top: Vec<Value> = p
+        .top
+        .iter()
+        .map(|&(t, l)| {
+            let (tt, tb) = token_text(model, t);
+            json!({"token": tt, "logprob": lp(l), "bytes": tb})
+        })
+        .collect();
+    json!({"token": text, "logprob": lp(p.logprob), "bytes": bytes, "top_logprobs": top})
+}
+
+/// llama-server `completion_probabilities[i]`.
+fn native_logprob(model: &Model, id: TokenId, p: &TokenProb) -> Value {
+    let (text, bytes) = token_text(model, id);
+    let top: Vec<Value> = p
+        .top
+        .iter()
+        .map(|&(t, l)| {
+            let (tt, tb) = token_text(model, t);
+            json!({"id": t, "token": tt, "bytes": tb, "logprob": lp(l)})
+        })
+        .collect();
+    json!({"id": id, "token": text, "bytes": bytes, "logprob": lp(p.logprob), "top_logprobs": top})
+}
+
+/// OpenAI legacy completions `logprobs` for a run of tokens starting at `offset` characters.
+#[derive(Default)]
+struct LegacyLogprobs {
+    tokens: Vec<Value>,
+    token_logprobs: Vec<Value>,
+    top_logprobs: Vec<Value>,
+    text_offset: Vec<Value>,
+}
+
+impl LegacyLogprobs {
+    fn push(&mut self, model: &Model, id: TokenId, p: &TokenProb, offset: &mut usize) {
+        let (text, _) = token_text(model, id);
+        let mut top = Map::new();
+        for &(t, l) in &p.top {
+            top.entry(token_text(model, t).0).or_insert(json!(lp(l)));
+        }
+        self.tokens.push(json!(text));
+        self.token_logprobs.push(json!(lp(p.logprob)));
+        self.top_logprobs.push(Value::Object(top));
+        self.text_offset.push(json!(*offset));
+        *offset += text.chars().count();
+    }
+
+    fn value(self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        })
+    }
+}
+
+fn usage(f: &Finish) -> Value {
+    json!({
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+    })
+}
+
+fn timings(f: &Finish) -> Value {
+    let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    json!({
+        "prompt_n": f.prompt_tokens,
+        "prompt_ms": f.prompt_ms,
+        "prompt_per_second": per_s(f.prompt_tokens, f.prompt_ms),
+        "predicted_n": f.completion_tokens,
+        "predicted_ms": f.decode_ms,
+        "predicted_per_token_ms": if f.completion_tokens > 0 { f.decode_ms / f.completion_tokens as f64 } else { 0.0 },
+        "predicted_per_second": per_s(f.completion_tokens, f.decode_ms),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-streaming
+
+async fn collect(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Result<Value, ApiError> {
+    let mut text = String::new();
+    let mut tokens: Vec<TokenId> = Vec::new();
+    let mut chat_lp: Vec<Value> = Vec::new();
+    let mut legacy = LegacyLogprobs::default();
+    let mut offset = 0usize;
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token { id, text: t, prob } => {
+                text.push_str(&t);
+                tokens.push(id);
+                if let Some(p) = &prob {
+                    match meta.ep {
+                        Endpoint::Chat => chat_lp.push(chat_logprob(&meta.model, id, p)),
+                        Endpoint::Completions => legacy.push(&meta.model, id, p, &mut offset),
+                        Endpoint::Native => chat_lp.push(native_logprob(&meta.model, id, p)),
+                    }
+                }
+            }
+            Event::Done(f) => {
+                text.push_str(&f.tail);
+                return Ok(full_response(&meta, text, tokens, chat_lp, legacy, &f));
+            }
+            Event::Failed(e) => return Err(e),
+        }
+    }
+    Err(ApiError::internal(
+        "the engine stopped before the request finished",
+    ))
+}
+
+fn full_response(
+    meta: &Meta,
+    text: String,
+    tokens: Vec<TokenId>,
+    lps: Vec<Value>,
+    legacy: LegacyLogprobs,
+    f: &Finish,
+) -> Value {
+    let mut v = match meta.ep {
+        Endpoint::Chat => json!({
+            "id": meta.id,
+            "object": "chat.completion",
+            "created": meta.created,
+            "model": meta.model_id,
+            "system_fingerprint": fingerprint(),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": if meta.logprobs { json!({"content": lps}) } else { Value::Null },
+                "finish_reason": f.reason.openai(),
+            }],
+            "usage": usage(f),
+        }),
+        Endpoint::Completions => json!({
+            "id": meta.id,
+            "object": "text_completion",
+            "created": meta.created,
+            "model": meta.model_id,
+            "system_fingerprint": fingerprint(),
+            "choices": [{
+                "index": 0,
+                "text": text,
+                "logprobs": if meta.logprobs { legacy.value() } else { Value::Null },
+                "finish_reason": f.reason.openai(),
+            }],
+            "usage": usage(f),
+        }),
+        Endpoint::Native => {
+            let mut v = native_final(meta, text, f);
+            if meta.return_tokens {
+                v["tokens"] = json!(tokens);
+            }
+            if meta.logprobs {
+                v["completion_probabilities"] = json!(lps);
+            }
+            v
+        }
+    };
+    if let Some(e) = &meta.echo {
+        v["gauge"] = e.clone();
+    }
+    v
+}
+
+fn fingerprint() -> String {
+    format!("gauge-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// llama-server's final `/completion` object (`content` is the whole text, or the tail when
+/// streaming).
+fn native_final(meta: &Meta, content: String, f: &Finish) -> Value {
+    let word = match &f.reason {
+        crate::engine::FinishReason::Stop(w) => w.clone(),
+        _ => String::new(),
+    };
+    json!({
+        "index": 0,
+        "id_slot": -1,
+        "content": content,
+        "tokens": [],
+        "stop": true,
+        "model": meta.model_id,
+        "tokens_predicted": f.completion_tokens,
+        "tokens_evaluated": f.prompt_tokens,
+        "generation_settings": meta.settings,
+        "prompt": meta.prompt_text,
+        "has_new_line": false,
+        "truncated": false,
+        "stop_type": f.reason.stop_type(),
+        "stopping_word": word,
+        "tokens_cached": f.prompt_tokens + f.completion_tokens,
+        "timings": timings(f),
+        "usage": usage(f),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming
+
+struct StreamState {
+    meta: Meta,
+    rx: UnboundedReceiver<Event>,
+    out: VecDeque<String>,
+    done: bool,
+    predicted: usize,
+    offset: usize,
+    /// Held until the stream ends (the client read everything or went away).
+    _guard: InFlight,
+}
+
+impl StreamState {
+    fn chunk(&self, choice: Value) -> Value {
+        let object = match self.meta.ep {
+            Endpoint::Chat => "chat.completion.chunk",
+            _ => "text_completion",
+        };
+        json!({
+            "id": self.meta.id,
+            "object": object,
+            "created": self.meta.created,
+            "model": self.meta.model_id,
+            "system_fingerprint": fingerprint(),
+            "choices": [choice],
+        })
+    }
+
+    fn push(&mut self, v: Value) {
+        self.out.push_back(v.to_string());
+    }
+
+    fn start(&mut self) {
+        if self.meta.ep == Endpoint::Chat {
+            let c = self.chunk(json!({
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": null,
+                "finish_reason": null,
+            }));
+            self.push(c);
+        }
+    }
+
+    fn text_chunk(&mut self, text: &str, id: Option<TokenId>, prob: Option<&TokenProb>) {
+        self.predicted += usize::from(id.is_some());
+        match self.meta.ep {
+            Endpoint::Chat => {
+                let logprobs = match (id, prob) {
+                    (Some(id), Some(p)) => {
+                        json!({"content": [chat_logprob(&self.meta.model, id, p)]})
+                    }
+                    _ => Value::Null,
+                };
+                if text.is_empty() && logprobs.is_null() {
+                    return;
+                }
+                let c = self.chunk(json!({
+                    "index": 0,
+                    "delta": {"content": text},
+                    "logprobs": logprobs,
+                    "finish_reason": null,
+                }));
+                self.push(c);
+            }
+            Endpoint::Completions => {
+                let logprobs = match (id, prob) {
+                    (Some(id), Some(p)) => {
+                        let mut l = LegacyLogprobs::default();
+                        l.push(&self.meta.model, id, p, &mut self.offset);
+                        l.value()
+                    }
+                    _ => Value::Null,
+                };
+                if text.is_empty() && logprobs.is_null() {
+                    return;
+                }
+                let c = self.chunk(json!({
+                    "index": 0,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": null,
+                }));
+                self.push(c);
+            }
+            Endpoint::Native => {
+                let mut v = json!({
+                    "index": 0,
+                    "content": text,
+                    "tokens": id.map_or_else(Vec::new, |i| vec![i]),
+                    "stop": false,
+                    "id_slot": -1,
+                    "tokens_predicted": self.predicted,
+                    "tokens_evaluated": self.meta.n_prompt,
+                });
+                if let (Some(id), Some(p)) = (id, prob) {
+                    v["completion_probabilities"] =
+                        json!([native_logprob(&self.meta.model, id, p)]);
+                }
+                self.push(v);
+            }
+        }
+    }
+
+    fn finish(&mut self, f: Finish) {
+        match self.meta.ep {
+            Endpoint::Chat | Endpoint::Completions => {
+                if !f.tail.is_empty() {
+                    self.text_chunk(&f.tail, None, None);
+                }
+                let last = match self.meta.ep {
+                    Endpoint::Chat => {
+                        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": f.reason.openai()})
+                    }
+                    _ => {
+                        json!({"index": 0, "text": "", "logprobs": null, "finish_reason": f.reason.openai()})
+                    }
+                };
+                let mut c = self.chunk(last);
+                if let Some(e) = &self.meta.echo {
+                    c["gauge"] = e.clone();
+                }
+                self.push(c);
+                if self.meta.include_usage {
+                    let mut u = self.chunk(Value::Null);
+                    u["choices"] = json!([]);
+                    u["usage"] = usage(&f);
+                    self.push(u);
+                }
+                self.out.push_back("[DONE]".into());
+            }
+            Endpoint::Native => {
+                let mut v = native_final(&self.meta, f.tail.clone(), &f);
+                if let Some(e) = &self.meta.echo {
+                    v["gauge"] = e.clone();
+                }
+                self.push(v);
+            }
+        }
+        self.done = true;
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        self.push(e.body());
+        if self.meta.ep != Endpoint::Native {
+            self.out.push_back("[DONE]".into());
+        }
+        self.done = true;
+    }
+}
+
+fn stream_response(meta: Meta, rx: UnboundedReceiver<Event>, guard: InFlight) -> Response {
+    let mut state = StreamState {
+        meta,
+        rx,
+        out: VecDeque::new(),
+        done: false,
+        predicted: 0,
+        offset: 0,
+        _guard: guard,
+    };
+    state.start();
+    let stream = futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(data) = s.out.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), s));
+            }
+            if s.done {
+                return None;
+            }
+            match s.rx.recv().await {
+                Some(Event::Token { id, text, prob }) => {
+                    s.text_chunk(&text, Some(id), prob.as_ref())
+                }
+                Some(Event::Done(f)) => s.finish(f),
+                Some(Event::Failed(e)) => s.fail(e),
+                None => s.fail(ApiError::internal(
+                    "the engine stopped before the request finished",
+                )),
+            }
+        }
+    });
+    Sse::new(stream).into_response()
+}

@@ -1,0 +1,119 @@
+//! Server settings and their limits.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::error::ApiError;
+
+/// Everything `gauge serve` can be told. Every limit is enforced with a 4xx in OpenAI's error
+/// shape, never by dropping the connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Registry name (pulled on first use) or path to a GGUF file.
+    pub model: String,
+    /// The model id shown by `/v1/models` and echoed in responses; default: `model`.
+    pub model_alias: Option<String>,
+    /// Address to bind; loopback by default.
+    pub host: IpAddr,
+    /// Port; 0 = any free port (tests).
+    pub port: u16,
+    /// When set, every endpoint but `/health` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Context window per sequence (prompt + generated tokens).
+    pub ctx_size: u32,
+    /// Sequences decoded together in one batch (llama.cpp `n_seq_max`).
+    pub parallel: u32,
+    /// Requests allowed to wait for a free sequence; beyond `parallel + max_queue` in flight
+    /// a request gets 429.
+    pub max_queue: usize,
+    /// Most tokens one request may generate; also the default when a request sets none.
+    pub max_tokens: usize,
+    /// Largest accepted request body, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// llama.cpp threads for the one context (0 = auto: all cores but one).
+    pub threads: u32,
+    /// Prompt tokens evaluated per decode step across all sequences being prefilled, so one
+    /// long prompt does not stall the others' next tokens for its whole prefill.
+    pub prefill_chunk: usize,
+    /// After SIGINT/SIGTERM, how long in-flight requests may run before they are cut.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            model: gauge_engine::DEFAULT_MODEL.to_string(),
+            model_alias: None,
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 8080,
+            api_key: None,
+            ctx_size: 2048,
+            parallel: 4,
+            max_queue: 64,
+            max_tokens: 1024,
+            max_body_bytes: 1 << 20,
+            threads: 0,
+            prefill_chunk: 256,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Most alternatives per token (`n_probs`, `top_logprobs`).
+pub const MAX_N_PROBS: usize = 100;
+/// Most stop strings per request.
+pub const MAX_STOP: usize = 16;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+
+impl ServerConfig {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host, self.port)
+    }
+
+    /// The model id clients see.
+    pub fn model_id(&self) -> String {
+        if let Some(a) = &self.model_alias {
+            return a.clone();
+        }
+        // A path shows as its file stem, a registry name as itself.
+        let p = std::path::Path::new(&self.model);
+        if p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            if let Some(stem) = p.file_stem() {
+                return stem.to_string_lossy().into_owned();
+            }
+        }
+        self.model.clone()
+    }
+
+    /// Most requests in flight (decoding plus waiting).
+    pub fn max_in_flight(&self) -> usize {
+        self.parallel as usize + self.max_queue
+    }
+
+    /// Ranges that would otherwise fail later or inside llama.cpp.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        let bad = |f: &str, v: String, allowed: &str| Err(ApiError::field(f, v, allowed));
+        if !(1..=256).contains(&self.parallel) {
+            return bad("parallel", self.parallel.to_string(), "1..=256");
+        }
+        if !(16..=1 << 20).contains(&self.ctx_size) {
+            return bad("ctx_size", self.ctx_size.to_string(), "16..=1048576");
+        }
+        if self.max_tokens == 0 {
+            return bad("max_tokens", "0".into(), ">= 1");
+        }
+        if self.max_body_bytes < 1024 {
+            return bad("max_body_bytes", self.max_body_bytes.to_string(), ">= 1024");
+        }
+        if self.prefill_chunk == 0 {
+            return bad("prefill_chunk", "0".into(), ">= 1");
+        }
+        if self.api_key.as_deref() == Some("") {
+            return bad("api_key", "\"\"".into(), "a non-empty key");
+        }
+        Ok(())
+    }
+}

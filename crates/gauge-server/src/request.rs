@@ -1,0 +1,422 @@
+//! Turning a request body into a [`Job`]: prompt tokens, the request's own chain, limits.
+//!
+//! The three generation endpoints share one path. Sampling fields of every name and form (OpenAI,
+//! llama-server, aliases, `samplers`, `logit_bias` forms, `preset`, gauge's
+//! `repeat_penalty_mode`) are parsed and range-checked by
+//! [`SamplingParams`](gauge_sampling::SamplingParams) and built into a gauge [`Chain`] here, on a
+//! blocking worker, so the engine thread only ever sees requests that are known to run. Server
+//! limits (context, `max_tokens`, alternatives per token, stop strings) are checked here too, each
+//! error naming the field the client used.
+//!
+//! Two choices worth knowing:
+//! - **A random seed is drawn here, once**, when the request leaves `seed` at -1 (llama.cpp's
+//!   default): every stage of the chain then uses it, and the response can report it
+//!   (`"gauge": {"seed"}` with `echo_chain`), so any run can be replayed. llama.cpp draws one per
+//!   stage; both are random, but only one is reproducible.
+//! - **Features gauge does not serve are refused, not ignored**: `n` > 1, `best_of`, `echo`,
+//!   `suffix`, tools, grammars and JSON schemas come back as 400 naming the field, because
+//!   silently dropping a constraint the client relies on is worse than an error.
+
+use gauge_engine::Model;
+use gauge_sampling::params::SamplingParams;
+use gauge_sampling::{rng, Chain, TokenId};
+use serde_json::{Map, Value};
+
+use crate::config::{ServerConfig, MAX_N_PROBS, MAX_STOP, MAX_STOP_BYTES};
+use crate::error::ApiError;
+
+/// Which request format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// `POST /v1/chat/completions`
+    Chat,
+    /// `POST /v1/completions`
+    Completions,
+    /// llama-server's `POST /completion`
+    Native,
+}
+
+/// A request ready for the engine, plus what the response needs to know.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub prompt: Vec<TokenId>,
+    pub chain: Chain,
+    pub max_tokens: usize,
+    pub logprobs: bool,
+    pub n_probs: usize,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    /// OpenAI `stream_options.include_usage`: a last chunk with `usage`.
+    pub include_usage: bool,
+    /// Echo the chain (`"gauge": {...}`) in the response.
+    pub echo_chain: bool,
+    /// llama-server `return_tokens`: token ids in `/completion` responses.
+    pub return_tokens: bool,
+    /// The effective parameters (seed resolved), for `generation_settings` and the echo.
+    pub params: SamplingParams,
+    /// The prompt text after the chat template (for `/completion`'s `prompt`).
+    pub prompt_text: String,
+}
+
+fn obj(body: &Value) -> Result<&Map<String, Value>, ApiError> {
+    body.as_object()
+        .ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))
+}
+
+/// A present, non-null field.
+fn get<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    o.get(name).filter(|v| !v.is_null())
+}
+
+fn get_bool(o: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+    match get(o, name) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(ApiError::field(name, v, "true or false")),
+    }
+}
+
+/// Refuse what gauge does not serve (see the module docs).
+fn refuse_unsupported(o: &Map<String, Value>, ep: Endpoint) -> Result<(), ApiError> {
+    for name in ["n", "n_cmpl", "best_of"] {
+        if let Some(v) = get(o, name) {
+            if v.as_i64() != Some(1) {
+                return Err(ApiError::unsupported(
+                    name,
+                    format!("`{name}` = {v}: gauge serves one choice per request (allowed: 1)"),
+                ));
+            }
+        }
+    }
+    if get_bool(o, "echo")? == Some(true) {
+        return Err(ApiError::unsupported(
+            "echo",
+            "`echo` is not supported (the prompt is not repeated in the completion)",
+        ));
+    }
+    if get(o, "suffix").is_some_and(|v| v.as_str() != Some("")) {
+        return Err(ApiError::unsupported(
+            "suffix",
+            "`suffix` (infill) is not supported",
+        ));
+    }
+    for name in ["tools", "functions"] {
+        if get(o, name).is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
+            return Err(ApiError::unsupported(
+                name,
+                format!("`{name}` (tool calling) is not supported"),
+            ));
+        }
+    }
+    for name in ["grammar", "json_schema"] {
+        if get(o, name).is_some_and(|v| v.as_str() != Some("")) {
+            return Err(ApiError::unsupported(
+                name,
+                format!("`{name}` (constrained decoding) is not supported"),
+            ));
+        }
+    }
+    if let Some(rf) = get(o, "response_format") {
+        let t = rf.get("type").and_then(Value::as_str);
+        if t != Some("text") {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "only `response_format: {\"type\": \"text\"}` is supported (no JSON mode or schema)",
+            ));
+        }
+    }
+    if get_bool(o, "post_sampling_probs")? == Some(true) {
+        return Err(ApiError::unsupported(
+            "post_sampling_probs",
+            "`post_sampling_probs` is not supported: probabilities are the model's (softmax of the raw logits)",
+        ));
+    }
+    let _ = ep;
+    Ok(())
+}
+
+/// `stop`: a string or an array of non-empty strings (llama-server: an array).
+fn parse_stop(o: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let allowed =
+        "a non-empty string or an array of at most 16 non-empty strings of at most 256 bytes";
+    let stops: Vec<String> = match get(o, "stop") {
+        None => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::field("stop", x, allowed))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(ApiError::field("stop", v, allowed)),
+    };
+    if stops.len() > MAX_STOP {
+        return Err(ApiError::field(
+            "stop",
+            format!("{} strings", stops.len()),
+            allowed,
+        ));
+    }
+    if let Some(s) = stops
+        .iter()
+        .find(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
+        return Err(ApiError::field("stop", format!("{s:?}"), allowed));
+    }
+    Ok(stops)
+}
+
+/// The text of a chat message's `content`: a string, or an array of `{"type": "text"}` parts.
+fn message_content(v: Option<&Value>, i: usize) -> Result<String, ApiError> {
+    let field = format!("messages[{i}].content");
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut out = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => out.push_str(t),
+                    _ => {
+                        return Err(ApiError::unsupported(
+                            &field,
+                            format!("`{field}`: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported"),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Some(v) => Err(ApiError::field(
+            &field,
+            v,
+            "a string or an array of text parts",
+        )),
+    }
+}
+
+/// `messages` through the model's chat template (assistant turn opened).
+fn chat_prompt(o: &Map<String, Value>, model: &Model) -> Result<String, ApiError> {
+    let msgs = match get(o, "messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(v) => {
+            return Err(ApiError::field(
+                "messages",
+                v,
+                "a non-empty array of {role, content} objects",
+            ))
+        }
+        None => {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                "`messages` is required",
+            ))
+        }
+    };
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::field(
+                &format!("messages[{i}].role"),
+                m.get("role").unwrap_or(&Value::Null),
+                "\"system\", \"developer\", \"user\" or \"assistant\"",
+            )
+        })?;
+        let role = match role {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            other => {
+                return Err(ApiError::field(
+                    &format!("messages[{i}].role"),
+                    format!("{other:?}"),
+                    "\"system\", \"developer\", \"user\" or \"assistant\"",
+                ))
+            }
+        };
+        pairs.push((role.to_string(), message_content(m.get("content"), i)?));
+    }
+    let refs: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(r, c)| (r.as_str(), c.as_str()))
+        .collect();
+    model.apply_chat_messages(&refs).map_err(|e| {
+        let mut e = ApiError::from(e);
+        e.param = Some("messages".into());
+        e
+    })
+}
+
+/// `prompt` of the completion endpoints: a string, or token ids; OpenAI's one-element arrays of
+/// either are accepted too.
+fn plain_prompt(o: &Map<String, Value>, model: &Model) -> Result<(String, Vec<TokenId>), ApiError> {
+    let allowed = "a string, an array of token ids, or a one-element array of either";
+    let bad = |v: &Value| ApiError::field("prompt", v, allowed);
+    let mut v = get(o, "prompt")
+        .ok_or_else(|| ApiError::invalid(Some("prompt"), "`prompt` is required"))?;
+    if let Value::Array(a) = v {
+        if a.len() == 1 && (a[0].is_string() || a[0].is_array()) {
+            v = &a[0];
+        }
+    }
+    match v {
+        Value::String(s) => {
+            let toks = model.tokenize_prompt(s).map_err(|e| {
+                let mut e = ApiError::from(e);
+                e.param = Some("prompt".into());
+                e
+            })?;
+            Ok((s.clone(), toks))
+        }
+        Value::Array(a) => {
+            let n_vocab = model.n_vocab();
+            let toks = a
+                .iter()
+                .map(|t| {
+                    t.as_i64()
+                        .filter(|&i| i >= 0 && (i as usize) < n_vocab)
+                        .map(|i| i as TokenId)
+                        .ok_or_else(|| {
+                            ApiError::field(
+                                "prompt",
+                                t,
+                                &format!("token ids in 0..{n_vocab} ({allowed})"),
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let text = model.detokenize(&toks).unwrap_or_default();
+            Ok((text, toks))
+        }
+        other => Err(bad(other)),
+    }
+}
+
+/// The first present name of an aliased field (for error messages).
+fn used_name<'a>(o: &Map<String, Value>, names: &[&'a str]) -> &'a str {
+    names
+        .iter()
+        .copied()
+        .find(|n| get(o, n).is_some())
+        .unwrap_or(names[0])
+}
+
+/// Parse, check and build everything a request needs. Blocking (tokenizer, chain build).
+pub(crate) fn prepare(
+    ep: Endpoint,
+    body: &Value,
+    model: &Model,
+    cfg: &ServerConfig,
+) -> Result<Prepared, ApiError> {
+    let o = obj(body)?;
+    refuse_unsupported(o, ep)?;
+    let mut params = SamplingParams::from_value(body)?;
+    params.validate(model.n_vocab())?;
+
+    // Server limits, each naming the field the client used.
+    let max_tokens = if params.n_predict < 0 {
+        cfg.max_tokens
+    } else {
+        let n = params.n_predict as usize;
+        if n > cfg.max_tokens {
+            let f = used_name(o, &["n_predict", "max_tokens", "max_completion_tokens"]);
+            return Err(ApiError::field(
+                f,
+                n,
+                &format!(
+                    "0..={} (the server's --max-tokens), or -1 for that limit",
+                    cfg.max_tokens
+                ),
+            )
+            .with_code("max_tokens_exceeded"));
+        }
+        n
+    };
+    let n_probs = params.n_probs as usize;
+    if n_probs > MAX_N_PROBS {
+        let f = match get(o, "logprobs") {
+            Some(Value::Bool(true)) if get(o, "n_probs").is_none() => "top_logprobs",
+            _ => used_name(o, &["n_probs", "logprobs"]),
+        };
+        return Err(ApiError::field(f, n_probs, &format!("0..={MAX_N_PROBS}")));
+    }
+    let logprobs = n_probs > 0
+        || matches!(
+            get(o, "logprobs"),
+            Some(Value::Bool(true)) | Some(Value::Number(_))
+        );
+    let stop = parse_stop(o)?;
+    let stream = get_bool(o, "stream")?.unwrap_or(false);
+    let include_usage = match get(o, "stream_options") {
+        None => false,
+        Some(Value::Object(so)) => get_bool(so, "include_usage")
+            .map_err(|_| {
+                ApiError::field(
+                    "stream_options.include_usage",
+                    so.get("include_usage").unwrap_or(&Value::Null),
+                    "true or false",
+                )
+            })?
+            .unwrap_or(false),
+        Some(v) => return Err(ApiError::field("stream_options", v, "an object")),
+    };
+    let echo_chain = get_bool(o, "echo_chain")?.unwrap_or(false);
+    let return_tokens = get_bool(o, "return_tokens")?.unwrap_or(false);
+
+    let (prompt_text, prompt, prompt_field) = match ep {
+        Endpoint::Chat => {
+            let text = chat_prompt(o, model)?;
+            let toks = model.tokenize_prompt(&text).map_err(|e| {
+                let mut e = ApiError::from(e);
+                e.param = Some("messages".into());
+                e
+            })?;
+            (text, toks, "messages")
+        }
+        Endpoint::Completions | Endpoint::Native => {
+            let (t, toks) = plain_prompt(o, model)?;
+            (t, toks, "prompt")
+        }
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::invalid(
+            Some(prompt_field),
+            format!("`{prompt_field}` is empty: it has no tokens"),
+        ));
+    }
+    let n_ctx = cfg.ctx_size as usize;
+    if prompt.len() >= n_ctx {
+        return Err(ApiError::invalid(
+            Some(prompt_field),
+            format!(
+                "the prompt is {} tokens but the context holds {n_ctx} (the server's --ctx-size), \
+                 which must leave room for at least one generated token",
+                prompt.len()
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+
+    if params.seed == rng::DEFAULT_SEED {
+        params.seed = rng::resolve_seed(params.seed);
+    }
+    let chain = Chain::from_params(&params, model.n_vocab(), Some(model))?;
+    Ok(Prepared {
+        prompt,
+        chain,
+        max_tokens,
+        logprobs,
+        n_probs,
+        stop,
+        ignore_eos: params.ignore_eos,
+        stream,
+        include_usage,
+        echo_chain,
+        return_tokens,
+        params,
+        prompt_text,
+    })
+}
