@@ -169,7 +169,12 @@ impl From<SamplingError> for ApiError {
             }
             _ => None,
         };
-        ApiError::invalid(param, e.to_string())
+        // Every message names the field, even where the library's wording does not.
+        let msg = match param {
+            Some(p) if !e.to_string().contains(p) => format!("`{p}`: {e}"),
+            _ => e.to_string(),
+        };
+        ApiError::invalid(param, msg)
     }
 }
 
@@ -208,5 +213,8 @@ mod tests {
     fn unknown_sampler_is_blamed_on_samplers() {
         let e: ApiError = SamplingError::UnknownSampler("nope".into()).into();
         assert_eq!(e.param.as_deref(), Some("samplers"));
+        assert!(e
+            .message
+            .starts_with("`samplers`: unknown sampler name `nope`"));
     }
 }

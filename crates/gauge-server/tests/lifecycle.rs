@@ -1,0 +1,264 @@
+//! Server behaviour over time, each test on its own server (so `/health` counters are its own):
+//! batching, slow and vanishing clients, the concurrency limit, the API key, graceful shutdown.
+
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use common::*;
+use gauge_server::{RunningServer, ServerConfig};
+use serde_json::{json, Value};
+
+fn start(cfg: ServerConfig) -> RunningServer {
+    RunningServer::start(cfg).expect("server starts")
+}
+
+fn long_stream(max_tokens: usize) -> Value {
+    json!({
+        "prompt": "Once upon a time", "max_tokens": max_tokens, "ignore_eos": true,
+        "stream": true,
+    })
+}
+
+#[test]
+fn concurrent_requests_share_the_batch_and_a_stalled_reader_stalls_nobody() {
+    let srv = start(test_config());
+    let addr = srv.addr();
+    // A client that sends a streaming request and then never reads.
+    let stalled = open(addr, "/v1/completions", &long_stream(200), &[]);
+    wait_health(addr, 30, "the stalled stream to start", |h| h["live"] == 1);
+    // Three more requests at once; all decode next to the stalled one.
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                post(
+                    addr,
+                    "/v1/completions",
+                    &json!({"prompt": "Hello", "max_tokens": 16, "ignore_eos": true}),
+                )
+            })
+        })
+        .collect();
+    let seen_live = wait_health(addr, 30, "4 live sequences", |h| h["live"] == 4);
+    assert_eq!(seen_live["parallel"], 4);
+    for w in workers {
+        let r = w.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["usage"]["completion_tokens"], 16);
+    }
+    let elapsed = t0.elapsed();
+    // The stalled stream is still running (it wants 200 tokens): the others did not wait for it.
+    let h = health(addr);
+    assert_eq!(h["live"], 1, "{h} after {elapsed:?}");
+    drop(stalled);
+    wait_health(addr, 30, "the stalled stream to be freed", |h| {
+        h["live"] == 0 && h["in_flight"] == 0
+    });
+}
+
+#[test]
+fn a_disconnected_stream_stops_its_sequence_and_frees_its_slot() {
+    let srv = start(test_config());
+    let addr = srv.addr();
+    let mut s = open(
+        addr,
+        "/v1/chat/completions",
+        &json!({
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 250, "ignore_eos": true, "stream": true,
+        }),
+        &[],
+    );
+    let mut buf = Vec::new();
+    assert!(
+        read_until(&mut s, &mut buf, b"\"content\":\""),
+        "{}",
+        String::from_utf8_lossy(&buf)
+    );
+    drop(s);
+    let h = wait_health(addr, 30, "the sequence to be freed", |h| {
+        h["live"] == 0 && h["in_flight"] == 0 && h["requests_finished"] == 1
+    });
+    let made = h["tokens_generated"].as_u64().unwrap();
+    assert!(
+        made < 100,
+        "the engine kept generating after the client left: {made} tokens"
+    );
+    // The slot is reusable.
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
+fn a_non_streaming_client_that_hangs_up_frees_its_sequence() {
+    let srv = start(test_config());
+    let addr = srv.addr();
+    let s = open(
+        addr,
+        "/v1/completions",
+        &json!({
+            "prompt": "Once upon a time", "max_tokens": 250, "ignore_eos": true,
+        }),
+        &[],
+    );
+    wait_health(addr, 30, "the request to start", |h| h["live"] == 1);
+    drop(s);
+    let h = wait_health(addr, 30, "the sequence to be freed", |h| {
+        h["live"] == 0 && h["in_flight"] == 0
+    });
+    let made = h["tokens_generated"].as_u64().unwrap();
+    assert!(
+        made < 200,
+        "the engine kept generating after the client left: {made} tokens"
+    );
+}
+
+#[test]
+fn beyond_parallel_plus_queue_requests_get_429_in_openai_shape() {
+    let srv = start(ServerConfig {
+        parallel: 1,
+        max_queue: 0,
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let mut a = open(addr, "/v1/completions", &long_stream(60), &[]);
+    wait_health(addr, 30, "the first request to run", |h| {
+        h["in_flight"] == 1
+    });
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    let v = assert_error(&r, 429, None);
+    assert_eq!(v["error"]["code"], "server_busy");
+    // The first request is unaffected and completes.
+    let mut buf = Vec::new();
+    assert!(read_until(&mut a, &mut buf, b"data: [DONE]"));
+    wait_health(addr, 30, "the place to be released", |h| {
+        h["in_flight"] == 0
+    });
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
+fn waiting_requests_queue_for_a_sequence_and_all_complete() {
+    let srv = start(ServerConfig {
+        parallel: 1,
+        max_queue: 4,
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            std::thread::spawn(move || {
+                post(
+                    addr,
+                    "/v1/completions",
+                    &json!({"prompt": format!("Story {i}:"), "max_tokens": 6, "ignore_eos": true}),
+                )
+            })
+        })
+        .collect();
+    for w in workers {
+        let r = w.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["usage"]["completion_tokens"], 6);
+    }
+}
+
+#[test]
+fn api_key_is_required_everywhere_but_health() {
+    let srv = start(ServerConfig {
+        api_key: Some("sekret".into()),
+        ..test_config()
+    });
+    let addr = srv.addr();
+    assert_eq!(get(addr, "/health").status, 200);
+    let r = get(addr, "/v1/models");
+    let v = assert_error(&r, 401, None);
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    let wrong = request(
+        addr,
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer nope")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let ok = request(
+        addr,
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer sekret")],
+        b"",
+    );
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let ok = request(addr, "GET", "/v1/models", &[("X-Api-Key", "sekret")], b"");
+    assert_eq!(ok.status, 200);
+    let body = json!({"prompt": "Hi", "max_tokens": 2}).to_string();
+    let r = request(addr, "POST", "/v1/completions", &[], body.as_bytes());
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn graceful_shutdown_lets_in_flight_streams_finish() {
+    let srv = start(test_config());
+    let addr = srv.addr();
+    let mut s = open(addr, "/v1/completions", &long_stream(30), &[]);
+    let mut buf = Vec::new();
+    assert!(read_until(&mut s, &mut buf, b"data: "));
+    let stopper = std::thread::spawn(move || srv.shutdown());
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    buf.extend_from_slice(&rest);
+    let r = parse(&buf);
+    let data = r.sse_data();
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.body
+    );
+    let fin: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(fin["choices"][0]["finish_reason"], "length", "{fin}");
+    stopper.join().unwrap().expect("clean shutdown");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+}
+
+#[test]
+fn after_the_grace_period_streams_are_cut_with_an_error_event() {
+    let srv = start(ServerConfig {
+        shutdown_grace: Duration::ZERO,
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let mut s = open(addr, "/v1/completions", &long_stream(250), &[]);
+    let mut buf = Vec::new();
+    assert!(read_until(&mut s, &mut buf, b"data: "));
+    let t0 = Instant::now();
+    let stopper = std::thread::spawn(move || srv.shutdown());
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    buf.extend_from_slice(&rest);
+    let data = parse(&buf).sse_data();
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    let err: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(err["error"]["code"], "shutting_down", "{err}");
+    stopper.join().unwrap().expect("clean shutdown");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
