@@ -19,49 +19,28 @@ pub enum Scan {
     Invalid,
 }
 
-/// NaN or `+inf`: one comparison (`!(x < inf)`) that the vectoriser turns into one instruction.
+/// NaN or `+inf`: one comparison, `!(x <= f32::MAX)`, which SSE does in one instruction
+/// (`cmpnleps`; `!(x < inf)` would be simplified to "equal to inf or unordered", two).
 #[inline(always)]
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn is_bad(x: f32) -> bool {
-    !(x < f32::INFINITY)
+    !(x <= f32::MAX)
 }
 
 /// Bit `j` set when `block[j] >= t`, and whether any entry is NaN or +inf (one vectorised pass).
 /// Callers walk the set bits, so a block with one hit costs one visit, not sixteen branches.
 #[inline]
 fn mask_ge(block: &[f32], t: f32, bad: &mut bool) -> u32 {
+    const BIT: [u32; CHUNK] = [
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
+    ];
     let (mut m, mut b) = (0u32, false);
-    for (j, &x) in block.iter().enumerate() {
-        m |= ((x >= t) as u32) << j;
+    for (&x, &bit) in block.iter().zip(&BIT) {
+        m |= if x >= t { bit } else { 0 };
         b |= is_bad(x);
     }
     *bad |= b;
     m
-}
-
-/// Any entry of the block `>= t`, and whether any is NaN or +inf; one vectorised pass, so input
-/// validation costs no extra trip through memory.
-#[inline]
-fn any_ge(block: &[f32], t: f32, bad: &mut bool) -> bool {
-    let (mut any, mut b) = (false, false);
-    for &x in block {
-        any |= x >= t;
-        b |= is_bad(x);
-    }
-    *bad |= b;
-    any
-}
-
-/// Any entry of the block `> t`, and whether any is NaN or +inf.
-#[inline]
-fn any_gt(block: &[f32], t: f32, bad: &mut bool) -> bool {
-    let (mut any, mut b) = (false, false);
-    for &x in block {
-        any |= x > t;
-        b |= is_bad(x);
-    }
-    *bad |= b;
-    any
 }
 
 /// NaN or +inf in the block.
@@ -89,6 +68,64 @@ fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bo
     }
 }
 
+thread_local! {
+    /// Per-span maxima of `top_k_unique`: `(max, start, len, edited)`, and a scratch copy of the
+    /// maxima for the selection. Reused, so a step allocates nothing.
+    static SPANS: std::cell::RefCell<(Vec<(f32, u32, u32, bool)>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Clean stretches are visited this many entries at a time by [`for_spans`].
+const SPAN: usize = 16 * CHUNK;
+
+/// Like [`for_blocks`], but stretches without edits come as spans of up to [`SPAN`] entries (one
+/// reduction and one branch per span instead of per block); edited blocks come one by one.
+#[inline]
+fn for_spans(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bool)) {
+    let edits = ov.edited_chunks();
+    let n = row.len();
+    let (mut k, mut start) = (0, 0);
+    while start < n {
+        let next = edits.get(k).map_or(n, |&c| (c as usize * CHUNK).min(n));
+        if next == start {
+            let end = (start + CHUNK).min(n);
+            visit(start, &row[start..end], true);
+            start = end;
+            k += 1;
+        } else {
+            let end = (start + SPAN).min(next);
+            visit(start, &row[start..end], false);
+            start = end;
+        }
+    }
+}
+
+/// The largest entry of a span (NaN never wins; `-inf` for an empty span), and whether it holds
+/// NaN or +inf: lane-wise maxima, so it vectorises without reassociating anything.
+#[inline(always)]
+fn span_max(span: &[f32], bad: &mut bool) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; CHUNK];
+    // lane-wise flags, reduced once per span (a bool per block costs a horizontal reduction)
+    let mut bl = [0u32; CHUNK];
+    let mut it = span.chunks_exact(CHUNK);
+    for c in &mut it {
+        for ((a, f), &x) in acc.iter_mut().zip(bl.iter_mut()).zip(c) {
+            *a = if x > *a { x } else { *a };
+            *f |= is_bad(x) as u32;
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    let mut b = false;
+    for &x in it.remainder() {
+        m = if x > m { x } else { m };
+        b |= is_bad(x);
+    }
+    for &a in &acc {
+        m = if a > m { a } else { m };
+    }
+    *bad |= b | (bl.iter().fold(0, |x, &y| x | y) != 0);
+    m
+}
+
 /// llama.cpp greedy over the identity layout: index of the first maximum (strict `>`), starting
 /// from index 0. `None` if the row holds NaN or +inf (pending transforms may create `+inf`, e.g. a
 /// huge logit divided by a small temperature; that is a valid value, not an error).
@@ -98,24 +135,25 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut bad = false;
     let plain = !ov.has_transforms();
     let mut buf = [0.0f32; CHUNK];
-    for_blocks(row, ov, |start, block, edited| {
+    for_spans(row, ov, |start, span, edited| {
         if plain && !edited {
-            if any_gt(block, best, &mut bad) {
-                for (j, &v) in block.iter().enumerate() {
-                    if v > best {
-                        best = v;
-                        best_i = start + j;
-                    }
-                }
+            // a later span only wins with a strictly larger value, at its first occurrence
+            let sm = span_max(span, &mut bad);
+            if sm > best {
+                best = sm;
+                best_i = start + span.iter().position(|&x| x == sm).unwrap_or(0);
             }
             return;
         }
-        bad |= any_bad(block);
-        let vals = ov.current_block(row, start, block, edited, &mut buf);
-        for (j, &v) in vals.iter().enumerate() {
-            if v > best {
-                best = v;
-                best_i = start + j;
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            let start = start + i * CHUNK;
+            bad |= any_bad(block);
+            let vals = ov.current_block(row, start, block, edited, &mut buf);
+            for (j, &v) in vals.iter().enumerate() {
+                if v > best {
+                    best = v;
+                    best_i = start + j;
+                }
             }
         }
     });
@@ -140,51 +178,89 @@ pub fn top_k_unique(
     if k == 0 || n == 0 {
         return Scan::Ambiguous;
     }
-    let mut bad = false;
-    let cap = (4 * k).max(64) + CHUNK;
     let floor = mask_below.unwrap_or(f32::NEG_INFINITY);
-    let mut t = f32::NEG_INFINITY.max(floor);
-    let mut too_many_ties = false;
     let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
     let plain = !ov.has_transforms();
     let mut vbuf = [0.0f32; CHUNK];
-    for_blocks(row, ov, |start, block, edited| {
-        if too_many_ties {
-            return;
+    let pass = SPANS.with(|sp| {
+        let (spans, maxes) = &mut *sp.borrow_mut();
+        spans.clear();
+        // pass 1: the maximum of every span (and validation)
+        let mut bad = false;
+        for_spans(row, ov, |start, span, edited| {
+            let m = if plain && !edited {
+                span_max(span, &mut bad)
+            } else {
+                let mut m = f32::NEG_INFINITY;
+                for (i, block) in span.chunks(CHUNK).enumerate() {
+                    bad |= any_bad(block);
+                    for &v in ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf) {
+                        m = if v > m { v } else { m };
+                    }
+                }
+                m
+            };
+            spans.push((masked(m), start as u32, span.len() as u32, edited));
+        });
+        if bad {
+            return Scan::Invalid;
         }
-        if edited || !plain {
-            bad |= any_bad(block);
-            let vals = ov.current_block(row, start, block, edited, &mut vbuf);
-            for (j, &v) in vals.iter().enumerate() {
-                let v = masked(v);
-                if v >= t {
-                    buf.push((v, (start + j) as u32));
+        // The entry bar starts at the k-th largest span maximum: those k maxima are k distinct
+        // entries, so the k-th largest entry is at least that. Spans below it are never read.
+        let mut t = floor;
+        if spans.len() >= 2 * k {
+            maxes.clear();
+            maxes.extend(spans.iter().map(|s| s.0));
+            maxes.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            t = t.max(maxes[k - 1]);
+        }
+        // pass 2: every entry >= the bar, the bar raised as the buffer fills
+        let cap = (4 * k).max(64) + CHUNK;
+        for &(m, start, len, edited) in spans.iter() {
+            if m < t {
+                continue;
+            }
+            let (start, len) = (start as usize, len as usize);
+            let span = &row[start..start + len];
+            let clean = plain && !edited;
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                let start = start + i * CHUNK;
+                if clean {
+                    let mut hits = mask_ge(block, t, &mut false);
+                    while hits != 0 {
+                        let j = hits.trailing_zeros() as usize;
+                        hits &= hits - 1;
+                        let v = masked(block[j]);
+                        if v >= t {
+                            buf.push((v, (start + j) as u32));
+                        }
+                    }
+                } else {
+                    let vals = ov.current_block(row, start, block, edited, &mut vbuf);
+                    for (j, &v) in vals.iter().enumerate() {
+                        let v = masked(v);
+                        if v >= t {
+                            buf.push((v, (start + j) as u32));
+                        }
+                    }
+                }
+                if buf.len() >= cap {
+                    // keep everything >= the k-th largest (ties included) and raise the bar
+                    buf.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+                    let kth = buf[k - 1].0;
+                    buf.retain(|e| e.0 >= kth);
+                    t = kth;
+                    if buf.len() >= cap {
+                        return Scan::Ambiguous; // too many ties at the bar
+                    }
                 }
             }
-        } else if any_ge(block, t, &mut bad) {
-            for (j, &v) in block.iter().enumerate() {
-                let v = masked(v);
-                if v >= t {
-                    buf.push((v, (start + j) as u32));
-                }
-            }
         }
-        if buf.len() >= cap {
-            // keep everything >= the k-th largest (ties included) and raise the entry bar
-            buf.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
-            let kth = buf[k - 1].0;
-            buf.retain(|e| e.0 >= kth);
-            t = kth;
-            if buf.len() >= cap {
-                too_many_ties = true;
-            }
-        }
+        Scan::Done
     });
-    if bad {
-        return Scan::Invalid;
-    }
-    if too_many_ties {
-        return Scan::Ambiguous;
+    match pass {
+        Scan::Done => {}
+        other => return other,
     }
     // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
     if buf.len() < k && n > buf.len() {
@@ -461,81 +537,69 @@ impl SortedSoftmax {
     /// Pass 1: max, validation, and every entry within `D_TOP` of the running max. Raw blocks are
     /// tested against the raw threshold, so a pending division costs nothing for skipped blocks.
     fn collect_top(&mut self, row: &[f32], ov: &Overlay) -> Scan {
-        let mut bad = false;
-        let mut m = f32::NEG_INFINITY;
-        // finite floor: -inf entries have e = 0 and never belong to the head
         let map = RawMap::of(ov);
-        // Seed the running max from a sparse sample, so the early blocks do not all get pushed
-        // while the max climbs (the sample max is a lower bound: the threshold stays safe).
-        // Edited entries are read through the overlay; a sampled NaN is only skipped here, the
-        // scan below reports it.
-        for i in (0..row.len()).step_by(61) {
-            let v = ov.get(row, i);
-            if v > m && v < f32::INFINITY {
-                m = v;
-            }
-        }
-        let mut thr = (m - D_TOP).max(f32::MIN);
-        // a threshold the division cannot be inverted at (|logit| near f32::MAX): give up
-        let mut give_up = false;
-        let mut raw_thr = map.raw_ge(thr).unwrap_or_else(|| {
-            give_up = true;
-            f32::NEG_INFINITY
-        });
-        let mut cap = 4096usize;
+        // pass A: the exact max and validation (lane-wise maxima vectorise; `map` is monotone, so
+        // the max of raw entries maps to the max of their values)
+        let mut bad = false;
+        let mut lanes = [f32::NEG_INFINITY; CHUNK];
+        let mut m = f32::NEG_INFINITY;
         let mut vbuf = [0.0f32; CHUNK];
-        let top = &mut self.sorted;
         for_blocks(row, ov, |start, block, edited| {
-            let raw = map != RawMap::General && !edited;
-            let (vals, mut hits) = if raw {
-                (block, mask_ge(block, raw_thr, &mut bad))
+            if map != RawMap::General && !edited && block.len() == CHUNK {
+                let mut b = false;
+                for (l, &x) in lanes.iter_mut().zip(block) {
+                    *l = if x > *l { x } else { *l };
+                    b |= is_bad(x);
+                }
+                bad |= b;
             } else {
                 bad |= any_bad(block);
-                let vals = ov.current_block(row, start, block, edited, &mut vbuf);
-                let mut h = 0u32;
-                for (j, &v) in vals.iter().enumerate() {
-                    h |= ((v >= thr) as u32) << j;
+                for &v in ov.current_block(row, start, block, edited, &mut vbuf) {
+                    if v > m {
+                        m = v;
+                    }
                 }
-                (vals, h)
-            };
-            while hits != 0 {
-                let j = hits.trailing_zeros() as usize;
-                hits &= hits - 1;
-                let x = vals[j];
-                let (v, take) = if raw {
-                    (map.map(x), x >= raw_thr)
-                } else {
-                    (x, x >= thr)
-                };
-                if !take {
-                    continue;
-                }
-                top.push(Cand {
-                    v,
-                    e: 0.0,
-                    id: (start + j) as u32,
-                });
-                if v > m {
-                    m = v;
-                    thr = (m - D_TOP).max(f32::MIN);
-                    raw_thr = map.raw_ge(thr).unwrap_or_else(|| {
-                        give_up = true;
-                        f32::NEG_INFINITY
-                    });
-                }
-            }
-            if top.len() >= cap {
-                top.retain(|c| c.v >= thr);
-                cap = cap.max(2 * top.len());
             }
         });
         if bad {
             return Scan::Invalid;
         }
-        if give_up || !(m > f32::NEG_INFINITY && m < BUCKET_SAFE_MAX) {
+        for &x in &lanes {
+            let v = map.map(x);
+            if v > m {
+                m = v;
+            }
+        }
+        if !(m > f32::NEG_INFINITY && m < BUCKET_SAFE_MAX) {
             return Scan::Ambiguous;
         }
-        top.retain(|c| c.v >= thr);
+        // pass B: every entry within D_TOP of the max; raw blocks are tested against the raw
+        // threshold, so a pending division costs nothing for skipped entries
+        let thr = m - D_TOP;
+        let Some(raw_thr) = map.raw_ge(thr) else {
+            return Scan::Ambiguous;
+        };
+        let top = &mut self.sorted;
+        let mut ignore = false;
+        for_blocks(row, ov, |start, block, edited| {
+            let raw = map != RawMap::General && !edited;
+            let (vals, mut hits) = if raw {
+                (block, mask_ge(block, raw_thr, &mut ignore))
+            } else {
+                let vals = ov.current_block(row, start, block, edited, &mut vbuf);
+                (vals, mask_ge(vals, thr, &mut ignore))
+            };
+            while hits != 0 {
+                let j = hits.trailing_zeros() as usize;
+                hits &= hits - 1;
+                let v = if raw { map.map(vals[j]) } else { vals[j] };
+                top.push(Cand {
+                    v,
+                    e: 0.0,
+                    id: (start + j) as u32,
+                });
+            }
+        });
         self.thr = thr;
         self.max = m;
         Scan::Done
