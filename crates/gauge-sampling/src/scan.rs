@@ -68,10 +68,14 @@ fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bo
     }
 }
 
+/// One span of `top_k_unique`'s first pass: `(max, start, len, edited)`.
+type SpanInfo = (f32, u32, u32, bool);
+
 thread_local! {
-    /// Per-span maxima of `top_k_unique`: `(max, start, len, edited)`, and a scratch copy of the
-    /// maxima for the selection. Reused, so a step allocates nothing.
-    static SPANS: std::cell::RefCell<(Vec<(f32, u32, u32, bool)>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-span maxima of `top_k_unique`, and a scratch copy of the maxima for the selection.
+    /// Reused, so a step allocates nothing.
+    static SPANS: std::cell::RefCell<(Vec<SpanInfo>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Clean stretches are visited this many entries at a time by [`for_spans`].
