@@ -3,6 +3,7 @@
 //! A thin binary: every subcommand parses flags with clap and calls a library function; `anyhow` is
 //! used only here, at the edge. Errors print one clear line and exit with code 2.
 
+mod cmd_bench;
 mod cmd_chain;
 mod cmd_generate;
 mod cmd_models;
@@ -33,6 +34,8 @@ enum Cmd {
     Models(cmd_models::ModelsArgs),
     /// Generate text from a GGUF model with gauge's sampler chain.
     Generate(cmd_generate::GenerateArgs),
+    /// Time gauge's chain against llama.cpp's own chain (sampling µs/token, decode tokens/s).
+    Bench(cmd_bench::BenchArgs),
     /// Serve the model over HTTP: OpenAI and llama-server APIs, gauge's chain per request.
     Serve(cmd_serve::ServeArgs),
 }
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),
+        Cmd::Bench(a) => cmd_bench::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
