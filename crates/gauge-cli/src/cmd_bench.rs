@@ -143,9 +143,14 @@ fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
         opts.iters.div_ceil(opts.block),
         opts.block
     );
+    let model_rows = rows.iter().any(|r| r.rows != SYNTHETIC_LABEL);
     println!(
-        "rows: {SYNTHETIC_LABEL} = 8 N(0,3) rows from splitmix64 seed 42; {model} = 8 rows captured from the \
-         model (its own vocabulary). 64-token history accepted first."
+        "rows: {SYNTHETIC_LABEL} = 8 N(0,3) rows from splitmix64 seed 42{}. 64-token history accepted first.",
+        if model_rows {
+            format!("; {model} = 8 rows captured from the model (its own vocabulary)")
+        } else {
+            String::new()
+        }
     );
     println!(
         "DRY breakers: llama.cpp's defaults expanded against {model}'s vocabulary on both sides (llama.cpp \
