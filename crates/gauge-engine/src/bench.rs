@@ -307,6 +307,15 @@ impl PairMaker {
                 (Chain::from_params(&gp, n_vocab, None)?, reference)
             }
         };
+        // Same stages in the same order, or the comparison would time different work.
+        if gauge.describe() != reference.describe() {
+            return Err(EngineError::NotInLlamaCpp(format!(
+                "chain {}: gauge builds `{}` but llama.cpp `{}`",
+                sc.name,
+                gauge.describe(),
+                reference.describe()
+            )));
+        }
         let mut pair = Pair { gauge, reference };
         let history = bench_history(n_vocab);
         for &t in &history {

@@ -210,3 +210,42 @@ fn decode_bench_reports_both_samplers_per_width() {
         }
     ));
 }
+
+/// llama.cpp's print of the default chain, from `data/chain_prints.json` (entry 0: defaults).
+fn llama_cpp_default_print() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/chain_prints.json");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let e = &data["entries"][0];
+    assert!(e["label"].as_str().unwrap().ends_with(": defaults"), "{e}");
+    e["chain"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn reference_without_a_model_prints_the_disabled_dry_as_llama_cpp_does() {
+    let params = gauge_sampling::params::SamplingParams::default();
+    let r = gauge_engine::ReferenceChain::for_n_vocab(&params, 32000, None).unwrap();
+    assert_eq!(r.describe(), llama_cpp_default_print());
+    // And it samples: the print-only `?dry` is not a stage that could break the chain.
+    let mut r = r;
+    let row = &RowSet::synthetic(32000).rows[0];
+    let t = r.sample(row).unwrap();
+    assert!((0..32000).contains(&t));
+}
+
+#[test]
+fn reference_for_n_vocab_refuses_what_needs_the_rows_vocabulary() {
+    let model = common::model();
+    let params: gauge_sampling::params::SamplingParams =
+        serde_json::from_value(serde_json::json!({"ignore_eos": true})).unwrap();
+    let err = gauge_engine::ReferenceChain::for_n_vocab(&params, 1000, Some(&model)).unwrap_err();
+    assert!(
+        matches!(err, EngineError::Sampling(SamplingError::NeedsVocab { .. })),
+        "{err}"
+    );
+    let params: gauge_sampling::params::SamplingParams =
+        serde_json::from_value(serde_json::json!({"logit_bias": [[1000, 1.0]]})).unwrap();
+    assert!(gauge_engine::ReferenceChain::for_n_vocab(&params, 1000, None).is_err());
+    assert!(gauge_engine::ReferenceChain::for_n_vocab(&Default::default(), 0, None).is_err());
+    assert!(gauge_engine::ReferenceChain::greedy(0).is_err());
+}
