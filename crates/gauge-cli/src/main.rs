@@ -6,6 +6,7 @@
 mod cmd_bench;
 mod cmd_chain;
 mod cmd_generate;
+mod cmd_json;
 mod cmd_models;
 mod cmd_probe;
 mod cmd_replay;
@@ -30,6 +31,8 @@ enum Cmd {
     Replay(cmd_replay::ReplayArgs),
     /// The gauge probe (A1): flip rate between logits shifted by +c and −c, per operator and θ.
     Probe(cmd_probe::ProbeArgs),
+    /// A2: rate of schema-valid JSON per operator and θ on the note's 200 schemas.
+    Json(cmd_json::JsonArgs),
     /// List, pull and locate the models gauge knows by name.
     Models(cmd_models::ModelsArgs),
     /// Generate text from a GGUF model with gauge's sampler chain.
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
         Cmd::Probe(a) => cmd_probe::run(a),
+        Cmd::Json(a) => cmd_json::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),

@@ -1,0 +1,100 @@
+//! `gauge json`: A2, schema-valid JSON under repetition penalties, on a real model.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use gauge_engine::{LlamaSource, Model, ModelOptions};
+use gauge_lab::json::{render_json_table, run_json, JsonConfig, TextCodec};
+use gauge_lab::ops::Op;
+use gauge_lab::RunControl;
+use gauge_sampling::TokenId;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct JsonArgs {
+    /// Registry name (pulled on first use) or path to a GGUF file.
+    #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
+    pub model: String,
+    /// Use the first N of the note's 200 JSONSchemaBench schemas.
+    #[arg(long, default_value_t = 200)]
+    pub schemas: usize,
+    /// Comma-separated θ values.
+    #[arg(long, default_value = "1.0,1.1,1.3", value_delimiter = ',')]
+    pub theta: Vec<f32>,
+    /// Comma-separated operators: ctrl, normalized, subtractive.
+    #[arg(long, default_value = "ctrl,normalized", value_delimiter = ',')]
+    pub ops: Vec<String>,
+    /// llama.cpp-style window (llama.cpp's default is 64); default: prompt + all generated are seen.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Most new tokens per output.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Send the prompt as is instead of through the model's chat template.
+    #[arg(long)]
+    pub no_chat: bool,
+    /// Results root; the run goes to <out>/<run-id>/.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Print the summary JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Parallel sequences per llama.cpp context.
+    #[arg(long, default_value_t = 64)]
+    pub n_seq_max: u32,
+}
+
+/// The model as the experiment sees it: prompt tokens (through the chat template for instruct
+/// models, as the note did), token bytes, end of generation.
+struct Codec {
+    model: Arc<Model>,
+    chat: bool,
+}
+
+impl TextCodec for Codec {
+    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+        let text = if self.chat { self.model.apply_chat_template(text).map_err(|e| e.to_string())? } else { text.to_string() };
+        self.model.tokenize(&text, true, true).map_err(|e| e.to_string())
+    }
+    fn piece(&self, token: TokenId) -> Vec<u8> {
+        self.model.token_bytes_checked(token, false).unwrap_or_default()
+    }
+    fn is_eog(&self, token: TokenId) -> bool {
+        self.model.is_eog(token)
+    }
+}
+
+pub fn run(args: &JsonArgs) -> Result<()> {
+    let mut ops = Vec::new();
+    for name in &args.ops {
+        match Op::parse(name.trim()) {
+            Some(op) => ops.push(op),
+            None => bail!("--ops: unknown operator {name:?} (allowed: ctrl, normalized, subtractive)"),
+        }
+    }
+    let mut cfg = JsonConfig {
+        model: args.model.clone(),
+        schemas: args.schemas,
+        thetas: args.theta.clone(),
+        ops,
+        max_tokens: args.max_tokens,
+        window: args.window,
+        ..JsonConfig::default()
+    };
+    cfg.validate()?;
+    cfg.fit_batch(args.n_seq_max as usize);
+    let opts = ModelOptions { n_ctx: 2048, n_seq_max: args.n_seq_max, n_batch: 512, ..Default::default() };
+    let model = Arc::new(Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?);
+    let chat = !args.no_chat && model.has_chat_template();
+    let mut src = LlamaSource::new(Arc::clone(&model))?;
+    let ctl = RunControl { progress: true, ..RunControl::default() };
+    let t0 = std::time::Instant::now();
+    let summary = run_json(&mut src, &Codec { model, chat }, &cfg, &args.out, &ctl)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", render_json_table(&summary));
+    }
+    eprintln!("json: {:.1} s (chat template: {}); outputs and verdicts under {}", t0.elapsed().as_secs_f64(), if chat { "yes" } else { "no" }, args.out.display());
+    Ok(())
+}
