@@ -138,6 +138,11 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
         "in_flight": st.in_flight.load(Ordering::Relaxed),
         "requests_finished": st.stats.finished.load(Ordering::Relaxed),
         "tokens_generated": st.stats.tokens.load(Ordering::Relaxed),
+        "engine": {
+            "steps": st.stats.steps.load(Ordering::Relaxed),
+            "decode_ms": st.stats.decode_us.load(Ordering::Relaxed) as f64 / 1e3,
+            "sample_ms": st.stats.sample_us.load(Ordering::Relaxed) as f64 / 1e3,
+        },
     }))
     .into_response()
 }

@@ -142,6 +142,12 @@ pub struct EngineStats {
     pub finished: AtomicU64,
     /// Tokens generated in total.
     pub tokens: AtomicU64,
+    /// Decode steps run (`llama_decode` batches, prefill chunks included).
+    pub steps: AtomicU64,
+    /// Time inside [`LogitSource::step`], in microseconds.
+    pub decode_us: AtomicU64,
+    /// Time sampling and sending tokens (chains, logprobs, text), in microseconds.
+    pub sample_us: AtomicU64,
 }
 
 struct Live {
@@ -360,7 +366,10 @@ impl Engine {
             return;
         }
 
-        if let Err(e) = self.src.step() {
+        let t0 = Instant::now();
+        let stepped = self.src.step();
+        let t1 = Instant::now();
+        if let Err(e) = stepped {
             // The source rolled the step back; the sequences in it cannot continue.
             let msg = format!("decode failed: {e}");
             for i in (0..self.live.len()).rev() {
@@ -376,6 +385,14 @@ impl Engine {
             }
             self.sample_one(i);
         }
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .decode_us
+            .fetch_add(us(t1 - t0), Ordering::Relaxed);
+        self.stats
+            .sample_us
+            .fetch_add(us(t1.elapsed()), Ordering::Relaxed);
     }
 
     fn sample_one(&mut self, i: usize) {
