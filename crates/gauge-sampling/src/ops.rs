@@ -128,6 +128,47 @@ pub fn temp_impl(cur: &mut Candidates, t: f32) {
     }
 }
 
+/// llama.cpp's top-n-sigma threshold over the values `vals()` yields (in array order; called twice,
+/// once per pass): entries `< cut` are masked. Over the values that are not `-inf`: `max` (starting
+/// from the first value), an f32 `sum` and `count`, `mean = sum / count`, then `acc += pow(v -
+/// mean, 2)` with the double square rounded to f32 by each `+=`, and the population std
+/// `sqrtf(acc / count)`; `cut = max - n * std`. `None` for fewer than two values (the stage does
+/// nothing). The one implementation behind both the filled-array stage and the row fast path.
+pub fn top_n_sigma_cut<I: Iterator<Item = f32>>(
+    mut vals: impl FnMut() -> I,
+    n: f32,
+) -> Option<f32> {
+    let mut it = vals();
+    let first = it.next()?;
+    it.next()?;
+    let mut max = first;
+    let mut sum = 0.0f32;
+    let mut count = 0usize;
+    for v in vals() {
+        if v != f32::NEG_INFINITY {
+            if max < v {
+                max = v;
+            }
+            sum += v;
+            count += 1;
+        }
+    }
+    let mean = if count > 0 { sum / count as f32 } else { 0.0 };
+    let mut acc = 0.0f32;
+    for v in vals() {
+        if v != f32::NEG_INFINITY {
+            let d = (v - mean) as f64;
+            acc = (acc as f64 + d * d) as f32;
+        }
+    }
+    let std = if count > 0 {
+        (acc / count as f32).sqrt()
+    } else {
+        0.0
+    };
+    Some(max - n * std)
+}
+
 /// `2^y` in plain f32 arithmetic, vectorisable (no libm call, no branch), for `y <= 127`; inputs
 /// below -126 are read as -126.
 ///

@@ -11,37 +11,38 @@
 //!
 //! Two dense stages are cheap to describe without touching the row, so they are recorded as
 //! pending [`Transform`]s instead of being applied: plain temperature (`x / t`, per element, the
-//! same f32 division) and top-n-sigma's mask (`x < cut` becomes `-inf`, once the stage has computed
-//! `cut`). Readers apply them in the order they were recorded. An edit remembers how many transforms
-//! existed when it was written: a stage after a transform writes the final value, so later reads
-//! apply only the transforms recorded after it. This keeps `get`, the scanning kernels and
-//! `materialize` exactly equal to running the stages one by one on a filled array.
+//! same f32 division) and top-n-sigma's mask. Readers apply them in the order they were recorded.
+//! An edit remembers how many transforms existed when it was written: a stage after a transform
+//! writes the final value, so later reads apply only the transforms recorded after it. This keeps
+//! `get`, the scanning kernels and `materialize` exactly equal to running the stages one by one on
+//! a filled array.
+//!
+//! # The top-n-sigma mask is lazy
+//!
+//! Its threshold `cut = max - n·std` comes from two f32 accumulations in array order (the sum, then
+//! the squares), which are latency-bound: computed exactly, they cost several times the rest of
+//! the chain. But the mask usually matters little: top-k right after it only needs to know that at
+//! least `k` entries survive. So the stage records [`Transform::MaskSigma`] with a rigorous
+//! interval `[lo, hi]` around the exact `cut` (from one vectorised pass; see
+//! `samplers::top_n_sigma`): entries below `lo` are masked, entries at or above `hi` are kept,
+//! and only a reader that meets an entry inside the band asks for the exact cut
+//! ([`Overlay::sigma_cut`]), which is computed once per step, exactly as the stage computes it on
+//! a filled array, from a snapshot of the values it saw.
+
+use std::sync::OnceLock;
 
 use crate::candidates::{Candidates, TokenId};
+use crate::ops::top_n_sigma_cut;
 
 /// A whole-row operation recorded instead of applied (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Transform {
     /// `x / t` with `t > 0`: llama.cpp's `temp_impl` (a division, not a multiplication by `1/t`).
     Div(f32),
-    /// `x < cut` becomes `-inf`, anything else is kept: top-n-sigma's mask.
+    /// `x < cut` becomes `-inf`, anything else is kept, with `cut` known exactly.
     MaskBelow(f32),
-}
-
-impl Transform {
-    #[inline]
-    fn apply(self, x: f32) -> f32 {
-        match self {
-            Transform::Div(t) => x / t,
-            Transform::MaskBelow(c) => {
-                if x < c {
-                    f32::NEG_INFINITY
-                } else {
-                    x
-                }
-            }
-        }
-    }
+    /// top-n-sigma's mask with `n` sigmas, `cut` not yet computed but known to lie in `[lo, hi]`.
+    MaskSigma { n: f32, lo: f32, hi: f32 },
 }
 
 /// How many transforms may be pending at once. Two covers `temp` before mirostat and a mask before
@@ -62,6 +63,11 @@ pub struct Overlay {
     chunks_dirty: bool,
     xf: [Option<Transform>; MAX_TRANSFORMS],
     n_xf: u8,
+    /// The edits as the pending `MaskSigma` saw them (sorted by id), so later edits cannot change
+    /// what its exact cut is computed from.
+    sigma_snap: Vec<(TokenId, f32, u8)>,
+    /// The exact top-n-sigma cut, computed on first need.
+    sigma_cut: OnceLock<f32>,
 }
 
 /// Width of the blocks the scanning kernels test at once.
@@ -85,6 +91,8 @@ impl Overlay {
         self.chunks_dirty = false;
         self.xf = [None; MAX_TRANSFORMS];
         self.n_xf = 0;
+        self.sigma_snap.clear();
+        self.sigma_cut = OnceLock::new();
     }
 
     #[inline]
@@ -92,26 +100,57 @@ impl Overlay {
         (self.stamp[id] == self.gen).then(|| self.slot[id] as usize)
     }
 
-    /// Apply the transforms recorded from index `from` on.
+    /// One transform applied to one value (`row` is needed only to resolve a lazy mask).
     #[inline]
-    fn transform_from(&self, from: u8, mut x: f32) -> f32 {
-        for t in self.xf[from as usize..self.n_xf as usize].iter().flatten() {
-            x = t.apply(x);
+    fn apply_one(&self, t: Transform, x: f32, row: &[f32]) -> f32 {
+        match t {
+            Transform::Div(d) => x / d,
+            Transform::MaskBelow(c) => {
+                if x < c {
+                    f32::NEG_INFINITY
+                } else {
+                    x
+                }
+            }
+            Transform::MaskSigma { lo, hi, .. } => {
+                if x >= hi || (x >= lo && x >= self.sigma_cut(row)) {
+                    x
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+        }
+    }
+
+    /// Apply the transforms with index in `from..upto`.
+    #[inline]
+    fn transform_range(&self, from: u8, upto: u8, mut x: f32, row: &[f32]) -> f32 {
+        let upto = upto.min(self.n_xf);
+        if from < upto {
+            for t in self.xf[from as usize..upto as usize].iter().flatten() {
+                x = self.apply_one(*t, x, row);
+            }
         }
         x
+    }
+
+    /// The value of `id` after the edits and the first `upto` transforms.
+    #[inline]
+    fn value_upto(&self, row: &[f32], id: usize, upto: u8) -> f32 {
+        match self.slot_of(id) {
+            Some(s) => {
+                let (_, v, k) = self.edits[s];
+                self.transform_range(k, upto, v, row)
+            }
+            None => self.transform_range(0, upto, row[id], row),
+        }
     }
 
     /// The current logit of `id`: the edit if there is one, else the row's value, with the
     /// pending transforms applied.
     #[inline]
     pub fn get(&self, row: &[f32], id: usize) -> f32 {
-        match self.slot_of(id) {
-            Some(s) => {
-                let (_, v, k) = self.edits[s];
-                self.transform_from(k, v)
-            }
-            None => self.transform_from(0, row[id]),
-        }
+        self.value_upto(row, id, self.n_xf)
     }
 
     /// Set the current logit of `id` (ids must be `< n`; callers validated them).
@@ -138,21 +177,37 @@ impl Overlay {
         self.slot_of(id).is_some()
     }
 
-    /// Record a whole-row transform. `false` (nothing recorded) when `MAX_TRANSFORMS` are pending:
-    /// the caller then declines its sparse form.
+    /// Record a whole-row transform. `false` (nothing recorded) when `MAX_TRANSFORMS` are pending,
+    /// or for a second lazy mask: the caller then declines its sparse form.
     pub fn push_transform(&mut self, t: Transform) -> bool {
-        if (self.n_xf as usize) < MAX_TRANSFORMS {
-            self.xf[self.n_xf as usize] = Some(t);
-            self.n_xf += 1;
-            true
-        } else {
-            false
+        if (self.n_xf as usize) >= MAX_TRANSFORMS {
+            return false;
         }
+        if let Transform::MaskSigma { .. } = t {
+            if self
+                .transforms()
+                .any(|t| matches!(t, Transform::MaskSigma { .. }))
+            {
+                return false;
+            }
+            self.sigma_snap.clear();
+            self.sigma_snap.extend_from_slice(&self.edits);
+            self.sigma_snap.sort_unstable_by_key(|e| e.0);
+        }
+        self.xf[self.n_xf as usize] = Some(t);
+        self.n_xf += 1;
+        true
     }
 
     /// The pending transforms, in the order they apply.
     pub fn transforms(&self) -> impl Iterator<Item = Transform> + '_ {
         self.xf[..self.n_xf as usize].iter().flatten().copied()
+    }
+
+    /// How many transforms are pending.
+    #[inline]
+    pub fn n_transforms(&self) -> usize {
+        self.n_xf as usize
     }
 
     /// Whether any transform is pending (readers of raw row blocks must then transform them).
@@ -168,6 +223,43 @@ impl Overlay {
             (1, Some(Transform::Div(t))) => Some(t),
             _ => None,
         }
+    }
+
+    /// `(lo, hi)` of a lazy top-n-sigma mask when it is the last pending transform.
+    pub fn last_sigma_band(&self) -> Option<(f32, f32)> {
+        match self.n_xf.checked_sub(1).and_then(|i| self.xf[i as usize]) {
+            Some(Transform::MaskSigma { lo, hi, .. }) => Some((lo, hi)),
+            _ => None,
+        }
+    }
+
+    /// The exact cut of the pending top-n-sigma mask (`-inf`, masking nothing, if there is none),
+    /// computed on first use exactly as the stage computes it on the filled array: over the values
+    /// it saw (the row, the edits made before it, the transforms before it), in id order.
+    pub fn sigma_cut(&self, row: &[f32]) -> f32 {
+        *self.sigma_cut.get_or_init(|| {
+            let Some((stage, n)) = self.transforms().enumerate().find_map(|(i, t)| match t {
+                Transform::MaskSigma { n, .. } => Some((i as u8, n)),
+                _ => None,
+            }) else {
+                return f32::NEG_INFINITY;
+            };
+            let snap = &self.sigma_snap;
+            let vals = || {
+                let mut next = 0usize;
+                row.iter().enumerate().map(move |(i, &x)| {
+                    let (v, k) = match snap.get(next) {
+                        Some(&(id, v, k)) if id as usize == i => {
+                            next += 1;
+                            (v, k)
+                        }
+                        _ => (x, 0),
+                    };
+                    self.transform_range(k, stage, v, row)
+                })
+            };
+            top_n_sigma_cut(vals, n).unwrap_or(f32::NEG_INFINITY)
+        })
     }
 
     /// Bring the sorted list of edited chunks up to date (call before scanning).
@@ -193,7 +285,7 @@ impl Overlay {
 
     /// The current values of the row block starting at `start` (`block` is `row[start..]`, at most
     /// `CHUNK` long): `block` itself when it holds no edit and no transform is pending, else the
-    /// values written into `buf`. One vectorisable loop for the transform-only case.
+    /// values written into `buf`.
     #[inline]
     pub fn current_block<'a>(
         &self,
@@ -203,23 +295,42 @@ impl Overlay {
         edited: bool,
         buf: &'a mut [f32; CHUNK],
     ) -> &'a [f32] {
+        self.block_upto(row, start, block, edited, self.n_xf as usize, buf)
+    }
+
+    /// Like [`Overlay::current_block`], with only the first `upto` transforms applied (a kernel
+    /// that handles the last transform itself reads the values before it).
+    #[inline]
+    pub fn block_upto<'a>(
+        &self,
+        row: &[f32],
+        start: usize,
+        block: &'a [f32],
+        edited: bool,
+        upto: usize,
+        buf: &'a mut [f32; CHUNK],
+    ) -> &'a [f32] {
         let n = block.len();
+        let upto = upto.min(self.n_xf as usize) as u8;
         if edited {
             for (j, b) in buf[..n].iter_mut().enumerate() {
-                *b = self.get(row, start + j);
+                *b = self.value_upto(row, start + j, upto);
             }
             return &buf[..n];
         }
-        if self.n_xf == 0 {
+        if upto == 0 {
             return block;
         }
         buf[..n].copy_from_slice(block);
-        for t in self.transforms() {
-            match t {
+        for t in self.xf[..upto as usize].iter().flatten() {
+            match *t {
                 Transform::Div(d) => buf[..n].iter_mut().for_each(|x| *x /= d),
                 Transform::MaskBelow(c) => buf[..n]
                     .iter_mut()
                     .for_each(|x| *x = if *x < c { f32::NEG_INFINITY } else { *x }),
+                t @ Transform::MaskSigma { .. } => buf[..n]
+                    .iter_mut()
+                    .for_each(|x| *x = self.apply_one(t, *x, row)),
             }
         }
         &buf[..n]
@@ -228,13 +339,6 @@ impl Overlay {
     /// The slow path: the full identity-layout array, as llama.cpp's fill plus the same stages.
     pub fn materialize(&self, row: &[f32], cur: &mut Candidates) {
         cur.fill(row);
-        if self.n_xf == 0 {
-            let s = cur.as_mut_slice();
-            for &(id, v, _) in &self.edits {
-                s[id as usize].logit = v;
-            }
-            return;
-        }
         // Replay in recorded order: edits written before transform k, then transform k, ...
         let s = cur.as_mut_slice();
         for k in 0..=self.n_xf {
@@ -243,12 +347,25 @@ impl Overlay {
                     s[id as usize].logit = v;
                 }
             }
-            if let Some(t) = self.xf[..self.n_xf as usize]
+            let Some(t) = self.xf[..self.n_xf as usize]
                 .get(k as usize)
                 .copied()
                 .flatten()
-            {
-                s.iter_mut().for_each(|c| c.logit = t.apply(c.logit));
+            else {
+                continue;
+            };
+            if let Transform::MaskSigma { n, .. } = t {
+                // the array holds exactly what the stage would see: compute its cut from it
+                let cut =
+                    top_n_sigma_cut(|| s.iter().map(|c| c.logit), n).unwrap_or(f32::NEG_INFINITY);
+                s.iter_mut().for_each(|c| {
+                    if c.logit < cut {
+                        c.logit = f32::NEG_INFINITY
+                    }
+                });
+            } else {
+                s.iter_mut()
+                    .for_each(|c| c.logit = self.apply_one(t, c.logit, row));
             }
         }
     }
@@ -297,5 +414,37 @@ mod tests {
         ov.materialize(&row, &mut c);
         assert_eq!(c.as_slice()[1].logit, 6.0);
         assert_eq!(c.as_slice()[0].logit, 1.5);
+    }
+
+    #[test]
+    fn lazy_sigma_mask_uses_the_values_it_saw_even_after_later_edits() {
+        // finite 0, 2, 1 (and an edit 5 -> 1 before the mask): mean 1, population std sqrt(2/3),
+        // cut 2 - 0.816 = 1.18; a later edit of id 0 to 9 must not change the cut
+        let row = [0.0f32, 2.0, f32::NEG_INFINITY, 5.0];
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        ov.set(3, 1.0);
+        assert!(ov.push_transform(Transform::MaskSigma {
+            n: 1.0,
+            lo: -100.0,
+            hi: 100.0
+        }));
+        assert!(
+            !ov.push_transform(Transform::MaskSigma {
+                n: 1.0,
+                lo: 0.0,
+                hi: 0.0
+            }),
+            "one lazy mask"
+        );
+        ov.set(0, 9.0);
+        let cut = ov.sigma_cut(&row);
+        assert!((cut - (2.0 - (2.0f32 / 3.0).sqrt())).abs() < 1e-6, "{cut}");
+        let got: Vec<f32> = (0..4).map(|i| ov.get(&row, i)).collect();
+        assert_eq!(got, [9.0, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        let mut c = Candidates::new();
+        ov.materialize(&row, &mut c);
+        let filled: Vec<f32> = c.as_slice().iter().map(|t| t.logit).collect();
+        assert_eq!(filled, got);
     }
 }

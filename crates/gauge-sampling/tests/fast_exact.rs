@@ -127,3 +127,86 @@ fn mirostat_v2_fast_path_with_bans_and_biases_matches() {
         );
     }
 }
+
+/// top-n-sigma as a lazy mask: the chain's bound decides top-k's result when the k-th value is
+/// clearly above the band, and the exact cut is computed otherwise (few survivors, a k-th value
+/// near the cut, heavy ties); every case must match the fill path.
+#[test]
+fn top_n_sigma_fast_path_matches_the_fill_path() {
+    let n_vocab = 6000;
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        let rows = rows(n_vocab, 3, 300 + si as u64, shape);
+        for (n_sigma, top_k) in [
+            (2.0f32, 40),
+            (0.5, 40),
+            (1.0, 3),
+            (3.0, 200),
+            (0.05, 10),
+            (1.5, 0),
+        ] {
+            let json = serde_json::json!({"seed": 11, "top_n_sigma": n_sigma, "top_k": top_k,
+                "logit_bias": [[1, 4.0], [2, false]], "repeat_last_n": 64, "repeat_penalty": 1.3,
+                "temperature": 0.9});
+            let chain = chain_for(&json, n_vocab);
+            let name = format!("top-n-sigma {n_sigma} top-k {top_k} shape={shape:?}");
+            assert_same_run(&name, &chain, &rows, &[1, 5, 9, 5, 1], 12, true);
+        }
+    }
+}
+
+#[test]
+fn all_enabled_like_chains_match_the_fill_path() {
+    for n_vocab in [1000usize, 20_000] {
+        for (si, &shape) in SHAPES.iter().enumerate() {
+            let rows = rows(n_vocab, 4, 500 + si as u64, shape);
+            let json = serde_json::json!({"seed": 42, "logit_bias": [[1, 0.5], [2, -0.5], [3, 1.0], [7, 2.0], [8, false]],
+                "repeat_last_n": 64, "repeat_penalty": 1.1, "frequency_penalty": 0.1, "presence_penalty": 0.1,
+                "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 64,
+                "dry_sequence_breaker_ids": [[13], [25]],
+                "top_n_sigma": 2.0, "top_k": 40, "typical_p": 0.95, "top_p": 0.95, "min_p": 0.05,
+                "xtc_probability": 1.0, "xtc_threshold": 0.1, "temperature": 0.8, "dynatemp_range": 0.5, "dynatemp_exponent": 1.0});
+            let chain = chain_for(&json, n_vocab);
+            let history: Vec<i32> = (0..64).map(|i| i * 7 % 50).collect();
+            assert_same_run(
+                &format!("all-enabled n={n_vocab} shape={shape:?}"),
+                &chain,
+                &rows,
+                &history,
+                16,
+                true,
+            );
+        }
+    }
+}
+
+/// Custom orders put the lazy mask before other transforms or stages that read every value.
+#[test]
+fn top_n_sigma_in_custom_orders_matches_the_fill_path() {
+    let n_vocab = 3000;
+    let rows = rows(n_vocab, 3, 900, (3.0, 0.0));
+    for order in [
+        vec!["top_n_sigma", "temperature", "top_k"],
+        vec!["temperature", "top_n_sigma", "top_k"],
+        vec!["top_n_sigma", "penalties", "top_k", "temperature"],
+        vec!["top_n_sigma", "min_p", "temperature"],
+        vec!["top_n_sigma", "temperature"],
+    ] {
+        let json = serde_json::json!({"seed": 3, "samplers": order, "top_n_sigma": 1.5, "top_k": 20,
+            "min_p": 0.1, "temperature": 0.7, "repeat_last_n": 16, "repeat_penalty": 1.2});
+        let chain = chain_for(&json, n_vocab);
+        assert_same_run(
+            &format!("order {order:?}"),
+            &chain,
+            &rows,
+            &[4, 8, 15, 16, 23, 42],
+            10,
+            true,
+        );
+    }
+    // greedy after a lazy mask reads the exact values
+    let g = gauge_sampling::chain::ChainBuilder::greedy(n_vocab)
+        .with_top_n_sigma(0.5)
+        .build()
+        .unwrap();
+    assert_same_run("greedy + top-n-sigma", &g, &rows, &[], 6, false);
+}

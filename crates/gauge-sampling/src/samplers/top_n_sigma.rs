@@ -7,10 +7,18 @@
 //! `logit < max - n·std` become `-inf`. Nothing is reordered or removed and `sorted` is untouched:
 //! the masked entries stay in the array and reach later stages (typical's NaN in llama.cpp,
 //! SPEC §6.14, which gauge's typical avoids).
+//!
+//! On the chain's row fast path the stage does not compute its cut: one vectorised pass bounds it
+//! rigorously (`scan::sigma_band`) and the mask is recorded as a lazy transform in the overlay.
+//! The exact cut, with llama.cpp's sequential f32 sums, is computed only if a later reader meets an
+//! entry inside the bound's band (see `overlay`); top-k right after it usually never does.
 
 use crate::candidates::Candidates;
+use crate::ops::top_n_sigma_cut;
+use crate::overlay::{Overlay, Transform};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
+use crate::scan::{sigma_band, SigmaBand};
 
 /// Mask logits far below the maximum, measured in standard deviations.
 #[derive(Clone, Debug)]
@@ -32,39 +40,32 @@ impl Sampler for TopNSigma {
         "top-n-sigma"
     }
     fn apply(&mut self, cur: &mut Candidates) {
-        if self.n <= 0.0 || cur.len() <= 1 {
+        if self.n <= 0.0 {
             return;
         }
         let s = cur.as_mut_slice();
-        let mut max = s[0].logit;
-        let mut sum = 0.0f32;
-        let mut count = 0usize;
-        for t in s.iter() {
-            if t.logit != f32::NEG_INFINITY {
-                if max < t.logit {
-                    max = t.logit;
-                }
-                sum += t.logit;
-                count += 1;
-            }
-        }
-        let mean = if count > 0 { sum / count as f32 } else { 0.0 };
-        let mut acc = 0.0f32;
-        for t in s.iter() {
-            if t.logit != f32::NEG_INFINITY {
-                let d = (t.logit - mean) as f64;
-                acc = (acc as f64 + d * d) as f32;
-            }
-        }
-        let std = if count > 0 {
-            (acc / count as f32).sqrt()
-        } else {
-            0.0
+        let Some(cut) = top_n_sigma_cut(|| s.iter().map(|t| t.logit), self.n) else {
+            return;
         };
-        let cut = max - self.n * std;
         for t in s.iter_mut() {
             if t.logit < cut {
                 t.logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+    /// Record the mask as a lazy transform with a bound on its cut (see the module docs). `false`
+    /// (take the slow path) for NaN/+inf, which the chain then reports, or when two transforms are
+    /// already pending.
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if self.n <= 0.0 || row.len() <= 1 {
+            return true;
+        }
+        ov.prepare();
+        match sigma_band(row, ov, self.n) {
+            SigmaBand::Invalid => false,
+            SigmaBand::NoMask => true,
+            SigmaBand::Band(lo, hi) => {
+                ov.push_transform(Transform::MaskSigma { n: self.n, lo, hi })
             }
         }
     }
