@@ -120,18 +120,19 @@ fn sampling(a: &SamplingBenchArgs) -> Result<()> {
 
 fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
     println!(
-        "{:<24} {:<24} {:>8} {:>11} {:>13} {:>7} {:>7}",
-        "rows", "chain", "n_vocab", "gauge µs", "llama.cpp µs", "ratio", "agree"
+        "{:<24} {:<24} {:>8} {:>11} {:>13} {:>7} {:>10} {:>7}",
+        "rows", "chain", "n_vocab", "gauge µs", "llama.cpp µs", "ratio", "min ratio", "agree"
     );
     for r in rows {
         println!(
-            "{:<24} {:<24} {:>8} {:>11.2} {:>13.2} {:>6.1}x {:>3}/{:<3}",
+            "{:<24} {:<24} {:>8} {:>11.2} {:>13.2} {:>6.1}x {:>9.1}x {:>3}/{:<3}",
             r.rows,
             r.chain,
             r.n_vocab,
             r.gauge_us,
             r.llama_cpp_us,
             r.ratio,
+            r.llama_cpp_min_us / r.gauge_min_us,
             r.tokens_agree,
             r.tokens_compared
         );
@@ -139,7 +140,7 @@ fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
     println!();
     println!(
         "median µs per token (logit row -> accepted token) over {} blocks of {} tokens, gauge and llama.cpp \
-         blocks alternating; ratio = llama.cpp / gauge.",
+         blocks alternating; ratio = llama.cpp / gauge; min ratio = the same over each side's fastest block.",
         opts.iters.div_ceil(opts.block),
         opts.block
     );

@@ -24,7 +24,9 @@
 //!   can be compared token for token. The scenario's own id breakers are replaced on both sides.
 //! - **Interleaving.** Timed blocks of `block` tokens alternate between the two chains (the order
 //!   flips every block), so load from other processes falls on both alike; the result is the median
-//!   over blocks of µs per token, and `ratio = llama_cpp_us / gauge_us`.
+//!   over blocks of µs per token, and `ratio = llama_cpp_us / gauge_us`. The fastest block of
+//!   each side is kept too: on a busy machine the medians of memory-heavy chains move with the
+//!   other processes' cache pressure, the minima much less.
 //! - **Agreement.** Separately from the timing, fresh chains run `agree_steps` steps on the same
 //!   rows; at each step both choose without accepting, the choices are compared, and both then
 //!   accept gauge's token so their histories stay equal and one difference does not cascade.
@@ -198,6 +200,10 @@ pub struct Row {
     pub tokens_compared: usize,
     /// Timed blocks per side (the medians are over these).
     pub blocks: usize,
+    /// The fastest block of each side, µs per token: less sensitive to other processes than the
+    /// median on a busy machine (what the code costs when it has the core to itself).
+    pub gauge_min_us: f64,
+    pub llama_cpp_min_us: f64,
 }
 
 impl Row {
@@ -213,6 +219,8 @@ impl Row {
             tokens_agree: 0,
             tokens_compared: 0,
             blocks: 0,
+            gauge_min_us: gauge_us,
+            llama_cpp_min_us: llama_cpp_us,
         }
     }
 }
@@ -419,6 +427,8 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
             row.tokens_agree = agree;
             row.tokens_compared = opts.agree_steps;
             row.blocks = blocks;
+            row.gauge_min_us = tg.iter().copied().fold(f64::INFINITY, f64::min);
+            row.llama_cpp_min_us = tr.iter().copied().fold(f64::INFINITY, f64::min);
             out.push(row);
             bar.inc(1);
         }
