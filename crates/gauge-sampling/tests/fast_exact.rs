@@ -210,3 +210,19 @@ fn top_n_sigma_in_custom_orders_matches_the_fill_path() {
         .unwrap();
     assert_same_run("greedy + top-n-sigma", &g, &rows, &[], 6, false);
 }
+
+#[test]
+fn mirostat_v1_fast_path_matches_the_full_sort() {
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        for (n_vocab, temp) in [(300usize, 0.8f32), (4000, 1.0), (20_000, 0.8)] {
+            for (tau, eta) in [(5.0f32, 0.1f32), (2.0, 0.5), (9.0, 0.2)] {
+                let json = serde_json::json!({"seed": 7 + si, "mirostat": 1, "mirostat_tau": tau,
+                    "mirostat_eta": eta, "temperature": temp, "logit_bias": [[3, 2.5], [4, false]]});
+                let rows = rows(n_vocab, 4, 40 + si as u64, shape);
+                let chain = chain_for(&json, n_vocab);
+                let name = format!("mirostat n={n_vocab} t={temp} tau={tau} shape={shape:?}");
+                assert_same_run(&name, &chain, &rows, &[], 20, true);
+            }
+        }
+    }
+}

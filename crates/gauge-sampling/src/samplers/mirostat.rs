@@ -14,11 +14,22 @@
 //! probabilities equal, `s_hat = 0`, with a base above 1) keeps one token, not the whole set, and a
 //! single candidate (`s_hat = 0/0`) is handled without a special case. Rust's saturating `as i32`
 //! would keep everything instead.
+//!
+//! # Fast path
+//!
+//! As the first dense stage (after `temp`, recorded by the chain as a pending division) the stage
+//! reads the row directly: [`SortedSoftmax`] gives the exact f32 sum and the sorted top without
+//! sorting the vocabulary. `s_hat` needs the top `m` probabilities, the cut only the first
+//! `int(k)` entries in llama.cpp's order; a `k` that reaches deep into the vocabulary (a flat
+//! distribution) makes the prefix long, and past a quarter of the row the stage falls back to the
+//! filled array.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::ops::{softmax_impl, top_k_impl};
+use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
-use crate::sampler::{Sampler, Shift};
+use crate::sampler::{FromRow, Sampler, Shift};
+use crate::scan::{Scan, SortedSoftmax};
 
 /// The live mirostat v1 stage. `mu` starts at `2 * tau` and returns there on reset.
 #[derive(Clone, Debug)]
@@ -30,6 +41,8 @@ pub struct Mirostat {
     m: i32,
     mu: f32,
     rng: Mt19937,
+    /// Scratch of the row fast path, reused across steps.
+    soft: SortedSoftmax,
 }
 
 impl Mirostat {
@@ -43,6 +56,7 @@ impl Mirostat {
             m,
             mu: 2.0 * tau,
             rng: Mt19937::new(resolve_seed(seed)),
+            soft: SortedSoftmax::default(),
         }
     }
 
@@ -55,6 +69,15 @@ impl Mirostat {
     /// before the `max(int(k), 1)` step. Exposed so the estimator can be checked on its own.
     pub fn estimate_k(&self, p: &[f32]) -> f32 {
         self.k_of(p.len(), |i| p[i])
+    }
+
+    /// Draw from the renormalised kept set and move `mu` (both paths end here).
+    fn draw(&mut self, cur: &mut Candidates) {
+        let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
+        cur.selected = Some(idx);
+        let observed_surprise = -cur.as_slice()[idx].p.log2();
+        let e = observed_surprise - self.tau;
+        self.mu -= self.eta * e;
     }
 
     /// `estimate_k` over any indexable set of probabilities (the candidate array, without copying).
@@ -112,11 +135,42 @@ impl Sampler for Mirostat {
         let k = self.k_of(s.len(), |i| s[i].p);
         top_k_impl(cur, x86_float_to_int(k).max(1));
         softmax_impl(cur, true);
-        let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
-        cur.selected = Some(idx);
-        let observed_surprise = -cur.as_slice()[idx].p.log2();
-        let e = observed_surprise - self.tau;
-        self.mu -= self.eta * e;
+        self.draw(cur);
+    }
+
+    /// The same step from "row + overlay" without sorting the vocabulary (see the module docs).
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        match self.soft.run(row, ov) {
+            Scan::Done => {}
+            Scan::Ambiguous => return FromRow::Declined,
+            Scan::Invalid => return FromRow::Invalid,
+        }
+        let n = row.len();
+        // s_hat reads p_0 .. p_{min(m, n) - 1}
+        let need = (self.m.wrapping_sub(1) as usize).saturating_add(1).min(n);
+        if !self.soft.ensure_len(row, ov, need) {
+            return FromRow::Declined;
+        }
+        let sum = self.soft.sum();
+        let sorted = self.soft.sorted();
+        let k = self.k_of(n, |i| sorted[i].e / sum);
+        // top_k_impl on the sorted set: min(max(int(k), 1), n)
+        let keep = (x86_float_to_int(k).max(1) as usize).min(n);
+        if keep > n / 4 || !self.soft.fix_order(row, ov, keep) {
+            return FromRow::Declined;
+        }
+        // second softmax_impl over the kept, still sorted prefix: same max, same e, new f32 sum
+        let top = &self.soft.sorted()[..keep];
+        let mut cum = 0.0f32;
+        for c in top {
+            cum += c.e;
+        }
+        cur.set_data(
+            top.iter().map(|c| TokenData { id: c.id as TokenId, logit: c.v, p: c.e / cum }),
+            true,
+        );
+        self.draw(cur);
+        FromRow::Done
     }
 
     fn reset(&mut self) {
