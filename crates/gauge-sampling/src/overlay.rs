@@ -146,6 +146,12 @@ impl Overlay {
         }
     }
 
+    /// The value of `id` with only the first `upto` transforms applied.
+    #[inline]
+    pub fn value_at(&self, row: &[f32], id: usize, upto: usize) -> f32 {
+        self.value_upto(row, id, upto.min(self.n_xf as usize) as u8)
+    }
+
     /// The current logit of `id`: the edit if there is one, else the row's value, with the
     /// pending transforms applied.
     #[inline]

@@ -212,26 +212,28 @@ pub fn top_k_unique(
 ) -> Scan {
     let floor = mask_below.unwrap_or(f32::NEG_INFINITY);
     let Some((lo, hi)) = ov.last_sigma_band() else {
-        return scan_top_k(row, ov, k, floor, ov.n_transforms(), buf);
+        return scan_top_k(row, ov, k, floor, ov.n_transforms(), true, buf);
     };
     let upto = ov.n_transforms() - 1;
-    match scan_top_k(row, ov, k, floor.max(lo), upto, buf) {
+    match scan_top_k(row, ov, k, floor.max(lo), upto, false, buf) {
         Scan::Done if buf.len() == k && buf[k - 1].0 >= hi => return Scan::Done,
         Scan::Invalid => return Scan::Invalid,
         _ => {}
     }
     let cut = ov.sigma_cut(row);
-    scan_top_k(row, ov, k, floor.max(cut), upto, buf)
+    scan_top_k(row, ov, k, floor.max(cut), upto, true, buf)
 }
 
 /// `top_k_unique` over the values with the first `upto` transforms applied and entries below
-/// `floor` read as -inf.
+/// `floor` read as -inf. With `replay`, a tie for `k <= 128` is settled by [`heap_replay`] instead
+/// of declining.
 fn scan_top_k(
     row: &[f32],
     ov: &Overlay,
     k: usize,
     floor: f32,
     upto: usize,
+    replay: bool,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
     let n = row.len();
@@ -312,36 +314,97 @@ fn scan_top_k(
                     buf.retain(|e| e.0 >= kth);
                     t = kth;
                     if buf.len() >= cap {
-                        return Scan::Ambiguous; // too many ties at the bar
+                        return Scan::Ambiguous; // too many ties at the bar (replayed below)
                     }
                 }
             }
         }
         Scan::Done
     });
+    let ambiguous = |buf: &mut Vec<(f32, u32)>| {
+        if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+            heap_replay(row, ov, k.min(n), floor, upto, buf)
+        } else {
+            Scan::Ambiguous
+        }
+    };
     match pass {
         Scan::Done => {}
-        other => return other,
+        Scan::Ambiguous => return ambiguous(buf),
+        Scan::Invalid => return Scan::Invalid,
     }
     // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
     if buf.len() < k && n > buf.len() {
-        return Scan::Ambiguous;
+        return ambiguous(buf);
     }
     buf.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let k = k.min(buf.len());
     for w in buf[..k].windows(2) {
         if w[0].0 <= w[1].0 {
-            return Scan::Ambiguous;
+            return ambiguous(buf);
         }
     }
     if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
-        return Scan::Ambiguous;
+        return ambiguous(buf);
     }
     // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
     if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
-        return Scan::Ambiguous;
+        return ambiguous(buf);
     }
     buf.truncate(k);
+    Scan::Done
+}
+
+/// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
+/// current values (entries below `floor` read as -inf), replayed on the row without filling it:
+/// libstdc++'s heap-select makes a heap of entries `0..k`, then lets in, in array order, every
+/// entry that compares greater than the heap's top, and finally sorts the heap. An entry that does
+/// not beat the top changes nothing, so only spans whose maximum beats the current top are read.
+/// Exact for ties and for -inf entries (every step is the ported libstdc++ operation), so it
+/// settles what the unique-values scan cannot.
+fn heap_replay(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    use crate::sort::{adjust_heap, make_heap, sort_heap};
+    let mut less = |a: &(f32, u32), b: &(f32, u32)| a.0 > b.0;
+    let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
+    let plain = upto == 0;
+    let mut vbuf = [0.0f32; CHUNK];
+    buf.clear();
+    buf.extend((0..k).map(|i| (masked(ov.value_at(row, i, upto)), i as u32)));
+    make_heap(buf, k, &mut less);
+    let mut ignore = false;
+    for_spans(row, ov, |start, span, edited| {
+        let end = start + span.len();
+        if end <= k {
+            return;
+        }
+        let clean = plain && !edited;
+        if clean && masked(span_max(span, &mut ignore)) <= buf[0].0 {
+            return;
+        }
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            let bstart = start + i * CHUNK;
+            let vals = if clean {
+                block
+            } else {
+                ov.block_upto(row, bstart, block, edited, upto, &mut vbuf)
+            };
+            for (j, &x) in vals.iter().enumerate() {
+                let id = bstart + j;
+                let v = masked(x);
+                if id >= k && v > buf[0].0 {
+                    adjust_heap(buf, 0, k, (v, id as u32), &mut less);
+                }
+            }
+        }
+    });
+    sort_heap(buf, k, &mut less);
     Scan::Done
 }
 
@@ -1245,10 +1308,24 @@ mod tests {
         }
     }
 
+    /// llama.cpp's top-k on the filled array: `(logit, id)` of the kept entries, in order.
+    fn slow_top_k(full: &[f32], k: usize, floor: f32) -> Vec<(f32, u32)> {
+        let masked: Vec<f32> = full
+            .iter()
+            .map(|&v| if v < floor { f32::NEG_INFINITY } else { v })
+            .collect();
+        let mut c = crate::candidates::Candidates::from_logits(&masked);
+        crate::ops::top_k_impl(&mut c, k as i32);
+        c.as_slice()
+            .iter()
+            .map(|t| (t.logit, t.id as u32))
+            .collect()
+    }
+
     #[test]
-    fn top_k_unique_is_the_sorted_top_or_declines() {
+    fn top_k_unique_is_llama_cpps_top_k_or_declines_only_for_ties_above_128() {
         let mut buf = Vec::new();
-        let mut declined = 0;
+        let (mut declined, mut replayed) = (0, 0);
         for seed in 0..300 {
             let n = 1 + (seed as usize * 53) % 3000;
             let k = 1 + (seed as usize * 7) % 200;
@@ -1265,35 +1342,48 @@ mod tests {
                 && (n == k || sorted[k - 1].0 > sorted[k].0);
             match top_k_unique(&row, &ov, k, None, &mut buf) {
                 Scan::Done => {
-                    assert!(unique, "seed {seed}: fast path accepted an ambiguous top-k");
-                    assert_eq!(&buf[..], &sorted[..k], "seed {seed}");
+                    assert_eq!(
+                        buf,
+                        slow_top_k(&full, k, f32::NEG_INFINITY),
+                        "seed {seed} (k {k}, n {n})"
+                    );
+                    replayed += !unique as usize;
                 }
                 Scan::Ambiguous => {
-                    assert!(!unique, "seed {seed}: fast path declined a unique top-k");
+                    assert!(
+                        !unique && k > 128,
+                        "seed {seed}: declined k = {k} (unique: {unique})"
+                    );
                     declined += 1;
                 }
                 Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
             }
         }
         assert!(
-            declined > 0,
-            "the tie cases should exercise the decline path"
+            declined > 0 && replayed > 0,
+            "both tie paths should run: {declined} {replayed}"
         );
     }
 
     #[test]
-    fn masked_top_k_declines_when_too_few_survive() {
-        let row = vec![5.0, 1.0, 4.0, 0.5, 3.0];
+    fn masked_top_k_with_too_few_survivors_replays_the_heap_select() {
+        // fewer than k entries survive the mask: the -inf entries tie, and libstdc++'s heap-select
+        // decides which of them come first
+        let row = vec![5.0, 1.0, 4.0, 0.5, 3.0, 0.25, 6.0, 1.5];
         let mut ov = Overlay::default();
         ov.reset(row.len());
         ov.prepare();
         let mut buf = Vec::new();
         assert_eq!(top_k_unique(&row, &ov, 2, Some(2.0), &mut buf), Scan::Done);
-        assert_eq!(buf, vec![(5.0, 0), (4.0, 2)]);
-        assert_eq!(
-            top_k_unique(&row, &ov, 4, Some(2.0), &mut buf),
-            Scan::Ambiguous
-        );
+        assert_eq!(buf, vec![(6.0, 6), (5.0, 0)]);
+        for k in 1..=row.len() {
+            assert_eq!(
+                top_k_unique(&row, &ov, k, Some(2.0), &mut buf),
+                Scan::Done,
+                "k {k}"
+            );
+            assert_eq!(buf, slow_top_k(&row, k, 2.0), "k {k}");
+        }
     }
 
     /// fill + llama.cpp's softmax_impl(sorted) on the current values of "row + overlay".

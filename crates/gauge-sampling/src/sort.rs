@@ -173,7 +173,7 @@ fn unguarded_linear_insert<T: Copy, F: FnMut(&T, &T) -> bool>(
 /// `__adjust_heap(first, hole, len, value)`: sift the hole down to a leaf, then push `value` up.
 /// `len == 0` is legal (libstdc++ reaches it from `partial_sort` with an empty middle) and just
 /// stores `value` at `hole`.
-fn adjust_heap<T: Copy, F: FnMut(&T, &T) -> bool>(
+pub(crate) fn adjust_heap<T: Copy, F: FnMut(&T, &T) -> bool>(
     v: &mut [T],
     mut hole: usize,
     len: usize,
@@ -231,7 +231,7 @@ fn pop_heap<T: Copy, F: FnMut(&T, &T) -> bool>(
     adjust_heap(v, 0, len, value, less);
 }
 
-fn make_heap<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], len: usize, less: &mut F) {
+pub(crate) fn make_heap<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], len: usize, less: &mut F) {
     if len < 2 {
         return;
     }
@@ -256,7 +256,7 @@ fn heap_select<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], middle: usize, le
     }
 }
 
-fn sort_heap<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], mut last: usize, less: &mut F) {
+pub(crate) fn sort_heap<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], mut last: usize, less: &mut F) {
     while last > 1 {
         last -= 1;
         pop_heap(v, last, last, less);
