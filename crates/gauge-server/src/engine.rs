@@ -3,10 +3,10 @@
 //! llama.cpp's context is not `Send` (nor is [`LlamaSource`]), so one OS thread creates and owns
 //! it and runs the decode loop; HTTP handlers talk to it through channels:
 //!
-//! - **In**: a `std::sync::mpsc` channel of [`Msg`]. A request arrives as a [`Job`] with its
+//! - **In**: a `std::sync::mpsc` channel of `Msg`. A request arrives as a `Job` with its
 //!   prompt tokens and its own gauge [`Chain`], both prepared (tokenized, validated, built) by the
 //!   handler on the async side, so bad requests never reach this thread.
-//! - **Out**: one unbounded tokio channel of [`Event`]s per request. Sending never blocks, so a
+//! - **Out**: one unbounded tokio channel of `Event`s per request. Sending never blocks, so a
 //!   slow client cannot stall the batch; its unread events are bounded by its own `max_tokens`
 //!   (one event per generated token plus one), which the handler capped. A closed channel means
 //!   the client went away (dropped stream or connection): the sequence is freed at the next step,

@@ -25,7 +25,7 @@
 //! - **One engine thread** ([`engine`]) owns the model's llama.cpp context (not `Send`) and decodes
 //!   all live requests together, one token each per batched step, each sampled by its own chain.
 //! - **The async side never waits on the engine**: requests are parsed, range-checked, tokenized
-//!   and their chains built on blocking workers ([`request`]); results come back through one
+//!   and their chains built on blocking workers (module `request`); results come back through one
 //!   unbounded channel per request, whose size is bounded by the request's `max_tokens`, so a slow
 //!   client holds only its own tokens and never stalls the batch. A client that goes away closes
 //!   its channel, and the engine frees its sequence at the next step.
@@ -44,12 +44,12 @@
 //! # }
 //! ```
 
-pub mod api;
+mod api;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod logprobs;
-pub mod request;
+mod request;
 pub mod stop;
 
 use std::future::{Future, IntoFuture};

@@ -78,7 +78,7 @@ fn get_bool(o: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError
 }
 
 /// Refuse what gauge does not serve (see the module docs).
-fn refuse_unsupported(o: &Map<String, Value>, ep: Endpoint) -> Result<(), ApiError> {
+fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
     for name in ["n", "n_cmpl", "best_of"] {
         if let Some(v) = get(o, name) {
             if v.as_i64() != Some(1) {
@@ -132,7 +132,6 @@ fn refuse_unsupported(o: &Map<String, Value>, ep: Endpoint) -> Result<(), ApiErr
             "`post_sampling_probs` is not supported: probabilities are the model's (softmax of the raw logits)",
         ));
     }
-    let _ = ep;
     Ok(())
 }
 
@@ -312,7 +311,7 @@ pub(crate) fn prepare(
     cfg: &ServerConfig,
 ) -> Result<Prepared, ApiError> {
     let o = obj(body)?;
-    refuse_unsupported(o, ep)?;
+    refuse_unsupported(o)?;
     let mut params = SamplingParams::from_value(body)?;
     params.validate(model.n_vocab())?;
 

@@ -327,7 +327,7 @@ fn native_completion_streams_tokens_and_ends_with_stop_true() {
 }
 
 #[test]
-fn prompt_as_token_ids_matches_prompt_as_text() {
+fn prompt_as_token_ids_and_n_predict_zero_work() {
     let t = post(
         shared(),
         "/completion",
