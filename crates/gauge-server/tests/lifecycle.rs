@@ -264,3 +264,27 @@ fn after_the_grace_period_streams_are_cut_with_an_error_event() {
     stopper.join().unwrap().expect("clean shutdown");
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_long_prompt_prefilled_in_small_chunks_gives_the_same_greedy_text() {
+    let prompt = "The history of the city begins with a small village by the river. ".repeat(12);
+    let body = json!({"prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": true});
+    let whole = start(test_config());
+    let a = post(whole.addr(), "/v1/completions", &body).json();
+    drop(whole);
+    let chunked = start(ServerConfig {
+        prefill_chunk: 16,
+        ..test_config()
+    });
+    let addr = chunked.addr();
+    // A stream decodes next to the chunked prefill.
+    let mut s = open(addr, "/v1/completions", &long_stream(40), &[]);
+    let mut buf = Vec::new();
+    assert!(read_until(&mut s, &mut buf, b"data: "));
+    let b = post(addr, "/v1/completions", &body).json();
+    let n = a["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(n > 100, "the prompt should span many chunks: {n} tokens");
+    assert_eq!(b["usage"]["prompt_tokens"], n);
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    assert!(read_until(&mut s, &mut buf, b"data: [DONE]"));
+}
