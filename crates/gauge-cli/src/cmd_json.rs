@@ -1,9 +1,12 @@
 //! `gauge json`: A2, schema-valid JSON under repetition penalties, on a real model.
 
+use crate::cmd_probe::{ops_for, parse_stacks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
-use gauge_lab::json::{render_json_table, run_json, JsonConfig, TextCodec};
+use gauge_lab::json::{
+    compare_json_runs, json_run_dir, render_json_table, run_json, JsonConfig, TextCodec,
+};
 use gauge_lab::ops::Op;
 use gauge_lab::RunControl;
 use gauge_sampling::TokenId;
@@ -42,6 +45,10 @@ pub struct JsonArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 64)]
     pub n_seq_max: u32,
+    /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
+    /// chain, the note's A2 llama.cpp driver; ctrl and subtractive only).
+    #[arg(long, default_value = "gauge", value_delimiter = ',')]
+    pub sampler: Vec<String>,
 }
 
 /// The model as the experiment sees it: prompt tokens (through the chat template for instruct
@@ -53,11 +60,21 @@ struct Codec {
 
 impl TextCodec for Codec {
     fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        let text = if self.chat { self.model.apply_chat_template(text).map_err(|e| e.to_string())? } else { text.to_string() };
-        self.model.tokenize(&text, true, true).map_err(|e| e.to_string())
+        let text = if self.chat {
+            self.model
+                .apply_chat_template(text)
+                .map_err(|e| e.to_string())?
+        } else {
+            text.to_string()
+        };
+        self.model
+            .tokenize(&text, true, true)
+            .map_err(|e| e.to_string())
     }
     fn piece(&self, token: TokenId) -> Vec<u8> {
-        self.model.token_bytes_checked(token, false).unwrap_or_default()
+        self.model
+            .token_bytes_checked(token, false)
+            .unwrap_or_default()
     }
     fn is_eog(&self, token: TokenId) -> bool {
         self.model.is_eog(token)
@@ -69,10 +86,12 @@ pub fn run(args: &JsonArgs) -> Result<()> {
     for name in &args.ops {
         match Op::parse(name.trim()) {
             Some(op) => ops.push(op),
-            None => bail!("--ops: unknown operator {name:?} (allowed: ctrl, normalized, subtractive)"),
+            None => {
+                bail!("--ops: unknown operator {name:?} (allowed: ctrl, normalized, subtractive)")
+            }
         }
     }
-    let mut cfg = JsonConfig {
+    let base = JsonConfig {
         model: args.model.clone(),
         schemas: args.schemas,
         thetas: args.theta.clone(),
@@ -81,20 +100,65 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         window: args.window,
         ..JsonConfig::default()
     };
-    cfg.validate()?;
-    cfg.fit_batch(args.n_seq_max as usize);
-    let opts = ModelOptions { n_ctx: 2048, n_seq_max: args.n_seq_max, n_batch: 512, ..Default::default() };
-    let model = Arc::new(Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?);
+    let mut cfgs = Vec::new();
+    for s in parse_stacks(&args.sampler)? {
+        let mut c = JsonConfig {
+            sampler: s,
+            ops: ops_for(s, &base.ops)?,
+            ..base.clone()
+        };
+        c.validate()?;
+        c.fit_batch(args.n_seq_max as usize);
+        cfgs.push(c);
+    }
+    let opts = ModelOptions {
+        n_ctx: 2048,
+        n_seq_max: args.n_seq_max,
+        n_batch: 512,
+        ..Default::default()
+    };
+    let model = Arc::new(
+        Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
+    );
     let chat = !args.no_chat && model.has_chat_template();
     let mut src = LlamaSource::new(Arc::clone(&model))?;
-    let ctl = RunControl { progress: true, ..RunControl::default() };
-    let t0 = std::time::Instant::now();
-    let summary = run_json(&mut src, &Codec { model, chat }, &cfg, &args.out, &ctl)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        print!("{}", render_json_table(&summary));
+    let ctl = RunControl {
+        progress: true,
+        ..RunControl::default()
+    };
+    let codec = Codec { model, chat };
+    let mut summaries = Vec::new();
+    for cfg in &cfgs {
+        let t0 = std::time::Instant::now();
+        let summary = run_json(&mut src, &codec, cfg, &args.out, &ctl)?;
+        if !args.json {
+            print!("{}", render_json_table(&summary));
+        }
+        eprintln!(
+            "json ({}): {:.1} s (chat template: {}); outputs and verdicts in {}",
+            cfg.sampler,
+            t0.elapsed().as_secs_f64(),
+            if chat { "yes" } else { "no" },
+            json_run_dir(&args.out, cfg).display()
+        );
+        summaries.push(summary);
     }
-    eprintln!("json: {:.1} s (chat template: {}); outputs and verdicts under {}", t0.elapsed().as_secs_f64(), if chat { "yes" } else { "no" }, args.out.display());
+    let agreement = if cfgs.len() == 2 {
+        let (n, same, verdict) = compare_json_runs(&args.out, &cfgs[0], &cfgs[1])?;
+        if !args.json {
+            println!("cross-stack ({} vs {}): {same}/{n} outputs token-identical, {verdict}/{n} with the same verdict", cfgs[0].sampler, cfgs[1].sampler);
+        }
+        Some(serde_json::json!({ "outputs": n, "identical": same, "same_verdict": verdict }))
+    } else {
+        None
+    };
+    if args.json {
+        if summaries.len() == 1 {
+            println!("{}", serde_json::to_string_pretty(&summaries[0])?);
+        } else {
+            let v = serde_json::json!({ "stacks": summaries, "agreement": agreement });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+    }
     Ok(())
 }

@@ -2,11 +2,16 @@
 //!
 //! With no flags it runs the quick grid on the default model (pulled if missing), prints the table
 //! and writes `results/<run-id>/`. Re-running the same command resumes a killed run.
+//!
+//! `--sampler llama-cpp` makes llama.cpp's own chain decide (the note's llama.cpp driver:
+//! logit-bias c on every token → penalties → greedy); `--sampler gauge,llama-cpp` runs both stacks
+//! on the same model and prints both tables and their token-for-token agreement.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
 use gauge_lab::ops::Op;
+use gauge_lab::stack::Stack;
 use gauge_lab::{render_table, ProbeConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +31,11 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "1.0,1.3", value_delimiter = ',')]
     pub theta: Vec<f32>,
     /// Comma-separated operators: ctrl, normalized, subtractive.
-    #[arg(long, default_value = "ctrl,normalized,subtractive", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "ctrl,normalized,subtractive",
+        value_delimiter = ','
+    )]
     pub ops: Vec<String>,
     /// The gauge shift c: runs add +c and −c to every logit.
     #[arg(long, default_value_t = 5.0)]
@@ -49,6 +58,42 @@ pub struct ProbeArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 256)]
     pub n_seq_max: u32,
+    /// Who decides, comma-separated: gauge (gauge's operators) and/or llama-cpp (llama.cpp's own
+    /// logit-bias → penalties → greedy chain; runs ctrl and subtractive, normalized is gauge-only).
+    #[arg(long, default_value = "gauge", value_delimiter = ',')]
+    pub sampler: Vec<String>,
+}
+
+/// Parse `--sampler` (distinct stacks, in the given order).
+pub fn parse_stacks(names: &[String]) -> Result<Vec<Stack>> {
+    let mut v: Vec<Stack> = Vec::new();
+    for n in names {
+        let Some(s) = Stack::parse(n) else {
+            bail!("--sampler: unknown stack {n:?} (allowed: gauge, llama-cpp)");
+        };
+        if !v.contains(&s) {
+            v.push(s);
+        }
+    }
+    if v.is_empty() {
+        bail!("--sampler: give gauge and/or llama-cpp");
+    }
+    Ok(v)
+}
+
+/// The ops a stack runs: llama.cpp has no normalized penalty, so it is dropped there (with a note).
+pub fn ops_for(stack: Stack, ops: &[Op]) -> Result<Vec<Op>> {
+    let kept: Vec<Op> = ops.iter().copied().filter(|&o| stack.supports(o)).collect();
+    if kept.len() < ops.len() {
+        eprintln!(
+            "note: {stack} runs {} only (llama.cpp has no normalized penalty)",
+            kept.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    if kept.is_empty() {
+        bail!("--ops: nothing the {stack} stack can run (it runs ctrl and subtractive)");
+    }
+    Ok(kept)
 }
 
 pub fn run(args: &ProbeArgs) -> Result<()> {
@@ -56,12 +101,17 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     for name in &args.ops {
         match Op::parse(name.trim()) {
             Some(op) => ops.push(op),
-            None => bail!("--ops: unknown operator {name:?} (allowed: ctrl, normalized, subtractive)"),
+            None => {
+                bail!("--ops: unknown operator {name:?} (allowed: ctrl, normalized, subtractive)")
+            }
         }
     }
     let label = model_label(&args.model);
     let mut cfg = if args.full {
-        ProbeConfig { model: label, ..ProbeConfig::full_grid(&args.model) }
+        ProbeConfig {
+            model: label,
+            ..ProbeConfig::full_grid(&args.model)
+        }
     } else {
         ProbeConfig {
             model: label,
@@ -75,26 +125,85 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     cfg.shift = args.shift;
     cfg.alpha = args.alpha;
     cfg.window = args.window;
-    cfg.validate()?;
-    cfg.fit_batch(args.n_seq_max as usize);
+    let stacks = parse_stacks(&args.sampler)?;
+    let mut cfgs = Vec::new();
+    for &s in &stacks {
+        let mut c = ProbeConfig {
+            sampler: s,
+            ops: ops_for(s, &cfg.ops)?,
+            ..cfg.clone()
+        };
+        c.validate()?;
+        c.fit_batch(args.n_seq_max as usize);
+        cfgs.push(c);
+    }
 
     // Context per sequence: the longest prefix plus the generated tokens, with room to spare.
     let n_ctx = (cfg.tokens as u32 + 256).next_multiple_of(256);
-    let opts = ModelOptions { n_ctx, n_seq_max: args.n_seq_max, n_batch: 512, ..Default::default() };
-    let model = Arc::new(Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?);
+    let opts = ModelOptions {
+        n_ctx,
+        n_seq_max: args.n_seq_max,
+        n_batch: 512,
+        ..Default::default()
+    };
+    let model = Arc::new(
+        Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
+    );
     let mut src = LlamaSource::new(Arc::clone(&model))?;
     let tok_model = Arc::clone(&model);
-    // The note tokenizes prefixes with the model's defaults: no BOS, no special-token parsing.
-    let mut tokenize = move |text: &str| tok_model.tokenize(text, false, false).map_err(|e| e.to_string());
-    let t0 = std::time::Instant::now();
-    let summary = gauge_lab::run_probe(&mut src, &mut tokenize, &cfg, &args.out, true)?;
-    let dir = gauge_lab::probe::run_dir(&args.out, &cfg);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        print!("{}", render_table(&summary));
+    // The note tokenizes prefixes with each model's tokenizer defaults: BOS only where the model
+    // asks for one (gemma does, GPT-2-style tokenizers such as SmolLM2's do not), no special-token
+    // parsing.
+    let mut tokenize = move |text: &str| {
+        tok_model
+            .tokenize(text, true, false)
+            .map_err(|e| e.to_string())
+    };
+    let mut summaries = Vec::new();
+    for cfg in &cfgs {
+        let t0 = std::time::Instant::now();
+        let summary = gauge_lab::run_probe(&mut src, &mut tokenize, cfg, &args.out, true)?;
+        let dir = gauge_lab::probe::run_dir(&args.out, cfg);
+        if !args.json {
+            print!("{}", render_table(&summary));
+        }
+        eprintln!(
+            "probe ({}): {:.1} s; report, raw results and plots in {}",
+            cfg.sampler,
+            t0.elapsed().as_secs_f64(),
+            dir.display()
+        );
+        summaries.push(summary);
     }
-    eprintln!("probe: {:.1} s; report, raw results and plots in {}", t0.elapsed().as_secs_f64(), dir.display());
+    let agreement = if cfgs.len() == 2 {
+        let a = gauge_lab::probe::compare_probe_runs(&args.out, &cfgs[0], &cfgs[1])?;
+        if !args.json {
+            println!(
+                "cross-stack ({} vs {}): {}/{} runs token-identical, {} of {} positions differ{}",
+                cfgs[0].sampler,
+                cfgs[1].sampler,
+                a.identical_runs,
+                a.runs,
+                a.differing_positions,
+                a.positions,
+                a.first_difference
+                    .map_or(String::new(), |(p, op, th, c, at)| format!(
+                        " (first: prefix {p}, {op} θ={th} c={c}, position {at})"
+                    ))
+            );
+        }
+        Some(a)
+    } else {
+        None
+    };
+    if args.json {
+        if summaries.len() == 1 && agreement.is_none() {
+            println!("{}", serde_json::to_string_pretty(&summaries[0])?);
+        } else {
+            let v = serde_json::json!({ "stacks": summaries, "agreement": agreement });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+    }
     Ok(())
 }
 
@@ -102,7 +211,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
 fn model_label(model: &str) -> String {
     let p = std::path::Path::new(model);
     if p.extension().is_some_and(|e| e == "gguf") {
-        p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| model.to_string())
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| model.to_string())
     } else {
         model.to_string()
     }

@@ -5,6 +5,7 @@
 
 mod cmd_bench;
 mod cmd_chain;
+mod cmd_delim;
 mod cmd_generate;
 mod cmd_json;
 mod cmd_models;
@@ -33,6 +34,8 @@ enum Cmd {
     Probe(cmd_probe::ProbeArgs),
     /// A2: rate of schema-valid JSON per operator and θ on the note's 200 schemas.
     Json(cmd_json::JsonArgs),
+    /// HumanEval delimiter flips: where the penalty flips greedy code tokens and the closed-form predictor.
+    Delim(cmd_delim::DelimArgs),
     /// List, pull and locate the models gauge knows by name.
     Models(cmd_models::ModelsArgs),
     /// Generate text from a GGUF model with gauge's sampler chain.
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => cmd_replay::run(a),
         Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Json(a) => cmd_json::run(a),
+        Cmd::Delim(a) => cmd_delim::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),

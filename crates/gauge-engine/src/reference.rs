@@ -141,6 +141,63 @@ impl ReferenceChain {
         Ok(Self::from_stages(vec![LlamaSampler::greedy()], n_vocab))
     }
 
+    /// The note's llama.cpp driver chain (PROTOCOL §8.1), used by gauge-lab's cross-stack
+    /// `--sampler llama-cpp`: `logit-bias` adding `shift` to EVERY token (the gauge; the stage is
+    /// left out when `shift == 0`, as the A2 driver has none) → `penalties(last_n, repeat, freq,
+    /// present)` → `greedy`. No suppress tokens, no `dist`: exactly what the driver applied.
+    pub fn shifted_penalties_greedy(
+        n_vocab: usize,
+        shift: f32,
+        last_n: i32,
+        repeat: f32,
+        freq: f32,
+        present: f32,
+    ) -> Result<Self> {
+        if n_vocab == 0 || n_vocab > i32::MAX as usize {
+            return Err(EngineError::option(
+                "n_vocab",
+                n_vocab,
+                "1..=2147483647 (a non-empty vocabulary of 32-bit token ids)",
+            ));
+        }
+        if !shift.is_finite() {
+            return Err(EngineError::option("shift", shift, "finite"));
+        }
+        if last_n < 0 {
+            return Err(EngineError::option("last_n", last_n, ">= 0 (0 = off)"));
+        }
+        if !repeat.is_finite() || repeat <= 0.0 || !(1.0 / repeat).is_finite() {
+            return Err(EngineError::option(
+                "repeat_penalty",
+                repeat,
+                "finite, > 0, with a finite inverse",
+            ));
+        }
+        if !freq.is_finite() || !present.is_finite() {
+            return Err(EngineError::option(
+                "frequency_penalty / presence_penalty",
+                format!("{freq} / {present}"),
+                "finite",
+            ));
+        }
+        let mut stages = Vec::with_capacity(3);
+        if shift != 0.0 {
+            let bias: Vec<LlamaLogitBias> = (0..n_vocab as i32)
+                .map(|t| LlamaLogitBias::new(LlamaToken(t), shift))
+                .collect();
+            stages.push(LlamaSampler::logit_bias(n_vocab as i32, &bias));
+        }
+        stages.push(LlamaSampler::penalties(
+            n_vocab as i32,
+            last_n,
+            repeat,
+            freq,
+            present,
+        ));
+        stages.push(LlamaSampler::greedy());
+        Ok(Self::from_stages(stages, n_vocab))
+    }
+
     fn from_stages(stages: Vec<LlamaSampler>, n_vocab: usize) -> Self {
         let names = stages.iter().map(name_of).collect();
         Self {

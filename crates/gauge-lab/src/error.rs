@@ -1,6 +1,6 @@
 //! Errors of the lab: one enum, variants with the facts needed to act on them.
 
-use gauge_engine::SourceError;
+use gauge_engine::{EngineError, SourceError};
 use std::path::PathBuf;
 
 /// Everything that can stop an experiment.
@@ -16,6 +16,9 @@ pub enum LabError {
     /// The model source failed.
     #[error("model source: {0}")]
     Source(#[from] SourceError),
+    /// llama.cpp's sampler chain (the `llama-cpp` stack) refused a setting or a row.
+    #[error("llama.cpp sampler: {0}")]
+    Engine(#[from] EngineError),
     /// The tokenizer callback failed or returned nothing.
     #[error("tokenizing prefix {prefix}: {message}")]
     Tokenize { prefix: usize, message: String },

@@ -28,6 +28,7 @@
 
 #![warn(missing_debug_implementations)]
 
+pub mod delim;
 pub mod error;
 pub mod json;
 pub mod ops;
@@ -36,6 +37,7 @@ pub mod prefixes;
 pub mod probe;
 pub mod report;
 pub mod results;
+pub mod stack;
 pub mod stats;
 pub mod testing;
 

@@ -43,6 +43,15 @@ pub const NOTE_LOOP: [(f32, f64, f64, f64, f64); 6] = [
     (1.5, 0.014, 0.630, 0.033, 0.601),
 ];
 
+/// " (sampler: llama-cpp)" for the cross-stack runs, nothing for gauge's own.
+pub(crate) fn stack_note(s: crate::stack::Stack) -> String {
+    if s.is_gauge() {
+        String::new()
+    } else {
+        format!(" (sampler: {s})")
+    }
+}
+
 fn cond(s: &ProbeSummary, op: Op, theta: f32) -> Option<&ConditionSummary> {
     let t = crate::probe::f32_to_decimal_f64(theta);
     s.conditions.iter().find(|c| c.op == op && c.theta == t)
@@ -60,7 +69,7 @@ pub fn render_table(s: &ProbeSummary) -> String {
     } else {
         0.0
     };
-    let _ = writeln!(o, "gauge probe — {}", s.model);
+    let _ = writeln!(o, "gauge probe — {}{}", s.model, stack_note(s.sampler));
     let _ = writeln!(
         o,
         "{:<12} {:>5}  {:>7}  {:<17} {:>9}  {:>9}  {:>8}",
@@ -125,7 +134,18 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
         }
     );
     let same = matches_note_design(cfg);
-    let _ = writeln!(o, "# A1 gauge probe — {}\n", s.model);
+    let _ = writeln!(
+        o,
+        "# A1 gauge probe — {}{}\n",
+        s.model,
+        stack_note(s.sampler)
+    );
+    if !s.sampler.is_gauge() {
+        let _ = writeln!(
+            o,
+            "Decisions by llama.cpp's own chain through the bindings (the note's §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first.\n"
+        );
+    }
     let _ = writeln!(
         o,
         "Run `{}`: {design}; θ ∈ {{{}}}; ops {}; subtractive α = {}; zero-point θ = {}.",

@@ -20,6 +20,7 @@ use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
 use crate::probe::decode::{decode_chunk, DecodeOptions, PrefixJob};
 use crate::probe::{f32_to_decimal_f64, fnv1a64, Role, RunControl, RunSpec};
 use crate::results::{open_run_dir, progress_bar, write_atomic, ChunkLine, ChunkLog};
+use crate::stack::Stack;
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
 use schema::{a2_schemas, first_json, json_prompt, Extracted, SchemaCheck};
@@ -66,6 +67,10 @@ pub struct JsonConfig {
     pub window: Option<usize>,
     /// Schemas decoded together (the resumption unit).
     pub batch_schemas: usize,
+    /// Who decides: gauge's operators (default, left out of the JSON so run ids stay) or
+    /// llama.cpp's `penalties → greedy` chain (the note's A2 llama.cpp driver).
+    #[serde(default, skip_serializing_if = "Stack::is_gauge")]
+    pub sampler: Stack,
 }
 
 impl Default for JsonConfig {
@@ -79,6 +84,7 @@ impl Default for JsonConfig {
             max_tokens: 512,
             window: None,
             batch_schemas: 4,
+            sampler: Stack::Gauge,
         }
     }
 }
@@ -121,6 +127,7 @@ impl JsonConfig {
                 return Err(LabError::config("ops", op, "distinct operators"));
             }
         }
+        self.sampler.check_ops(&self.ops)?;
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
             return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
         }
@@ -254,6 +261,9 @@ pub struct JsonCondition {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JsonSummary {
     pub model: String,
+    /// The stack that decided (absent = gauge).
+    #[serde(default, skip_serializing_if = "Stack::is_gauge")]
+    pub sampler: Stack,
     pub conditions: Vec<JsonCondition>,
     /// Schemas in the ctrl θ = 1 baseline that were valid.
     pub baseline_valid: Option<usize>,
@@ -325,6 +335,8 @@ pub fn run_json(
         window: cfg.window,
         sharing: ctl.sharing,
         naive_ops: !ctl.sharing,
+        stack: cfg.sampler,
+        record: false,
     };
     let bar = progress_bar(
         ctl.progress,
@@ -429,6 +441,45 @@ pub fn run_json(
     Ok(summary)
 }
 
+/// Token-for-token agreement of two finished A2 runs (e.g. the gauge and llama-cpp stacks) on the
+/// outputs both decoded (same schema, op, θ): (outputs compared, outputs identical, same verdict).
+pub fn compare_json_runs(
+    out_root: &Path,
+    a: &JsonConfig,
+    b: &JsonConfig,
+) -> Result<(usize, usize, usize), LabError> {
+    let read = |cfg: &JsonConfig| -> Result<Vec<JsonLine>, LabError> {
+        let path = json_run_dir(out_root, cfg).join("raw.jsonl");
+        let text = std::fs::read_to_string(&path).map_err(LabError::io(&path))?;
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| LabError::Parse {
+                    path: path.clone(),
+                    line: i + 1,
+                    message: e.to_string(),
+                })
+            })
+            .collect()
+    };
+    let la = read(a)?;
+    let lb = read(b)?;
+    let index: std::collections::HashMap<(usize, Op, u32), &JsonLine> = lb
+        .iter()
+        .map(|l| ((l.schema, l.op, l.theta.to_bits()), l))
+        .collect();
+    let (mut n, mut same, mut verdict) = (0, 0, 0);
+    for l in &la {
+        if let Some(o) = index.get(&(l.schema, l.op, l.theta.to_bits())) {
+            n += 1;
+            same += usize::from(l.tokens == o.tokens);
+            verdict += usize::from(l.valid == o.valid);
+        }
+    }
+    Ok((n, same, verdict))
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -491,6 +542,7 @@ pub fn summarize(cfg: &JsonConfig, lines: &[JsonLine]) -> JsonSummary {
     }
     JsonSummary {
         model: cfg.model.clone(),
+        sampler: cfg.sampler,
         conditions,
         baseline_valid: baseline.map(|b| b.len()),
         forward_tokens: lines.iter().map(|l| l.forward_tokens).sum(),
@@ -551,7 +603,12 @@ fn short(s: &str) -> String {
 /// The terminal table of `gauge json`.
 pub fn render_json_table(s: &JsonSummary) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "gauge json — {}", s.model);
+    let _ = writeln!(
+        o,
+        "gauge json — {}{}",
+        s.model,
+        crate::report::stack_note(s.sampler)
+    );
     let _ = writeln!(
         o,
         "{:<12} {:>5}  {:>7}  {:>9}  {:>11}  {:>7} {:>7} {:>7}",
@@ -587,7 +644,18 @@ pub fn render_json_table(s: &JsonSummary) -> String {
 
 fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[String]) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# A2 JSON-schema validity — {}\n", s.model);
+    let _ = writeln!(
+        o,
+        "# A2 JSON-schema validity — {}{}\n",
+        s.model,
+        crate::report::stack_note(s.sampler)
+    );
+    if !s.sampler.is_gauge() {
+        let _ = writeln!(
+            o,
+            "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first.\n"
+        );
+    }
     let _ = writeln!(
         o,
         "Run `{}`: {} JSONSchemaBench schemas, greedy, ≤ {} tokens, stop at end-of-generation or when the output contains \"\\n\\n\" or \"```\"; seen set {}; no gauge shift. The note: Qwen2.5-Coder-7B, 200 schemas, HF `generate` (batches of 8, left padding). Different model: compare shapes, not digits.\n",

@@ -255,6 +255,7 @@ pub fn analyze(cfg: &ProbeConfig, lines: &[RawLine]) -> Analysis {
 
     let summary = ProbeSummary {
         model: cfg.model.clone(),
+        sampler: cfg.sampler,
         conditions: summaries,
         zero_point,
         forward_tokens: lines.iter().map(|l| l.forward_tokens).sum(),

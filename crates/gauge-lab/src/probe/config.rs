@@ -2,6 +2,7 @@
 
 use crate::error::LabError;
 use crate::ops::{Op, Penalty};
+use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a change would make old raw results incomparable: part of the run id, so an old
@@ -38,6 +39,10 @@ pub struct ProbeConfig {
     /// Prefixes decoded together in one batch. Part of the experiment definition because batch
     /// composition can change a real model's numerics; resumption restarts at this granularity.
     pub batch_prefixes: usize,
+    /// Who decides: gauge's operators (default; left out of the JSON so gauge runs keep their
+    /// run ids) or llama.cpp's own chain (`--sampler llama-cpp`, ctrl and subtractive only).
+    #[serde(default, skip_serializing_if = "Stack::is_gauge")]
+    pub sampler: Stack,
 }
 
 impl Default for ProbeConfig {
@@ -55,6 +60,7 @@ impl Default for ProbeConfig {
             bootstrap_resamples: 10_000,
             bootstrap_seed: 0,
             batch_prefixes: 10,
+            sampler: Stack::Gauge,
         }
     }
 }
@@ -121,6 +127,7 @@ impl ProbeConfig {
                 return Err(LabError::config("ops", op, "distinct operators"));
             }
         }
+        self.sampler.check_ops(&self.ops)?;
         if !(self.shift.is_finite() && self.shift > 0.0) {
             return Err(LabError::config(
                 "shift",
@@ -249,6 +256,8 @@ pub enum Role {
     ZpNatural,
     /// One (op, θ) output of the A2 JSON task.
     Json,
+    /// One (op, θ) decode of the HumanEval delimiter analysis.
+    Delim,
 }
 
 /// One greedy decode of one prefix.
@@ -378,6 +387,32 @@ mod tests {
             },
             "model",
         );
+    }
+
+    #[test]
+    fn the_gauge_stack_keeps_the_run_id_it_had_before_the_sampler_field() {
+        let c = ProbeConfig::default();
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("sampler"), "{json}");
+        let back: ProbeConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+        let l = ProbeConfig {
+            sampler: Stack::LlamaCpp,
+            ops: vec![Op::Ctrl, Op::Subtractive],
+            ..c.clone()
+        };
+        l.validate().unwrap();
+        assert!(serde_json::to_string(&l)
+            .unwrap()
+            .contains("\"sampler\":\"llama-cpp\""));
+        assert_ne!(l.run_id(), c.run_id());
+        // normalized has no llama.cpp counterpart
+        assert!(ProbeConfig {
+            sampler: Stack::LlamaCpp,
+            ..c
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]

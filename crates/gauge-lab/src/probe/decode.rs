@@ -9,11 +9,18 @@
 //!
 //! Work accounting: every evaluated token is charged to the run that owns the sequence (the first
 //! run of its group), so per-run counts add up to the source's total and survive resumption.
+//!
+//! Decisions come from gauge's operators or, with [`Stack::LlamaCpp`], from one llama.cpp chain
+//! per run ([`crate::stack`]): a chain holds its run's history, and since runs of a group share
+//! their history, sharing changes nothing there either. With `record` every run also logs the
+//! pre-penalty facts of each position ([`crate::delim::facts`]), computed once per group.
 
+use crate::delim::facts::{row_facts, Positions};
 use crate::error::LabError;
 use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
 use crate::probe::config::{Role, RunSpec};
-use gauge_engine::{LogitSource, SeqId};
+use crate::stack::{llama_chain, Stack};
+use gauge_engine::{LogitSource, ReferenceChain, SeqId};
 use gauge_sampling::TokenId;
 
 /// One prefix to decode with a list of runs.
@@ -39,6 +46,8 @@ pub(crate) struct RunResult {
     pub tokens: Vec<TokenId>,
     pub forward_tokens: u64,
     pub zp: Option<ZpFacts>,
+    /// Per-position facts (with `DecodeOptions::record`).
+    pub positions: Option<Positions>,
 }
 
 /// How to decode.
@@ -50,6 +59,10 @@ pub(crate) struct DecodeOptions {
     pub sharing: bool,
     /// Use the reference operators on materialised rows instead of the O(|S|) fast path.
     pub naive_ops: bool,
+    /// Who decides: gauge's operators or llama.cpp's chain.
+    pub stack: Stack,
+    /// Log every position's pre-penalty facts.
+    pub record: bool,
 }
 
 struct Group {
@@ -63,6 +76,8 @@ struct Group {
 struct PrefixState {
     groups: Vec<Group>,
     results: Vec<RunResult>,
+    /// One llama.cpp chain per run (llama-cpp stack only).
+    chains: Vec<Option<ReferenceChain>>,
 }
 
 /// Reused buffers: a step allocates nothing unless a group splits.
@@ -127,8 +142,10 @@ fn decode_inner(
                         top1: Vec::with_capacity(opts.tokens),
                         ..Default::default()
                     }),
+                    positions: opts.record.then(|| Positions::with_capacity(opts.tokens)),
                 })
                 .collect(),
+            chains: Vec::new(),
         };
         let mut seen = SeenSet::new(n_vocab, opts.window);
         for &t in job.prompt {
@@ -144,6 +161,15 @@ fn decode_inner(
         let idx = states.len();
         states.push(st);
         let st = &mut states[idx];
+        if opts.stack == Stack::LlamaCpp {
+            // "No window" = a window as long as the context: the ring buffer never drops a token.
+            let last_n = opts.window.unwrap_or(source.n_ctx());
+            for spec in job.specs {
+                let mut chain = llama_chain(spec, n_vocab, last_n)?;
+                chain.accept_prompt(job.prompt);
+                st.chains.push(Some(chain));
+            }
+        }
         for runs in partition {
             let seq = source.new_sequence()?;
             let owner = runs[0];
@@ -174,6 +200,7 @@ fn decode_inner(
                     job.specs,
                     &mut st.groups[gi],
                     &mut st.results,
+                    &mut st.chains,
                     opts,
                     &mut sc,
                 )?;
@@ -214,11 +241,13 @@ fn decode_inner(
 }
 
 /// Fill `sc.picks` with each run's greedy token on the group's current row.
+#[allow(clippy::too_many_arguments)]
 fn decide(
     source: &dyn LogitSource,
     specs: &[RunSpec],
     g: &mut Group,
     results: &mut [RunResult],
+    chains: &mut [Option<ReferenceChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
 ) -> Result<(), LabError> {
@@ -233,11 +262,17 @@ fn decide(
     }
     sc.picks.clear();
     sc.evals.clear();
+    let facts = opts.record.then(|| row_facts(row, &g.seen));
     for &r in &g.runs {
         let spec = &specs[r];
         let pen = spec.penalty();
         let naive = opts.naive_ops || !is_fast(spec.op);
-        let pick = if naive {
+        let pick = if let Some(chain) = chains.get_mut(r).and_then(Option::as_mut) {
+            // llama.cpp decides; its chain records the token as `llama_sampler_accept` would.
+            let t = chain.sample_no_accept(row)?;
+            chain.accept(t);
+            Some(t as usize)
+        } else if naive {
             apply_row(row, spec.c, &pen, g.seen.members(), &mut sc.row);
             argmax_first(&sc.row)
         } else {
@@ -257,7 +292,11 @@ fn decide(
             sc.evals[idx].pick(row, &pen, &g.seen)
         };
         // A row of n >= 1 entries always has a maximum.
-        sc.picks.push(pick.unwrap_or(0) as TokenId);
+        let pick = pick.unwrap_or(0) as TokenId;
+        sc.picks.push(pick);
+        if let (Some(f), Some(p)) = (facts.as_ref(), results[r].positions.as_mut()) {
+            p.push(f, pick);
+        }
         if let Some(zp) = results[r].zp.as_mut() {
             zp.top1
                 .push(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));

@@ -36,6 +36,7 @@ use crate::error::LabError;
 use crate::ops::Op;
 use crate::prefixes::a1_prefixes;
 use crate::results::write_atomic;
+use crate::stack::Stack;
 use crate::stats::repeats;
 use decode::{decode_chunk, DecodeOptions, PrefixJob};
 use gauge_engine::LogitSource;
@@ -78,6 +79,9 @@ pub struct ZeroPointSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeSummary {
     pub model: String,
+    /// The stack that decided (absent = gauge).
+    #[serde(default, skip_serializing_if = "Stack::is_gauge")]
+    pub sampler: Stack,
     pub conditions: Vec<ConditionSummary>,
     pub zero_point: ZeroPointSummary,
     /// Tokens the model evaluated (prefill + decode) with sharing.
@@ -156,6 +160,8 @@ pub fn run_probe_with(
         window: cfg.window,
         sharing: ctl.sharing,
         naive_ops: !ctl.sharing,
+        stack: cfg.sampler,
+        record: false,
     };
     let mut chunks_run = 0usize;
 
@@ -211,6 +217,55 @@ pub fn run_probe_with(
         return Err(LabError::GateFailed { details });
     }
     Ok(analysis.summary)
+}
+
+/// Token-for-token agreement of two finished runs of the same grid on two stacks (`gauge probe
+/// --sampler gauge,llama-cpp`): every run present in both (same role, op, θ, c, prefix) is
+/// compared position by position.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StackAgreement {
+    /// Runs compared.
+    pub runs: usize,
+    /// Runs whose token streams are identical.
+    pub identical_runs: usize,
+    /// Positions compared and positions that differ.
+    pub positions: u64,
+    pub differing_positions: u64,
+    /// The first differing run, for a report: (prefix, op, θ, c, position).
+    pub first_difference: Option<(usize, Op, f32, f32, usize)>,
+}
+
+/// Compare the raw lines of two finished probe runs under `out_root` (see [`StackAgreement`]).
+pub fn compare_probe_runs(
+    out_root: &Path,
+    a: &ProbeConfig,
+    b: &ProbeConfig,
+) -> Result<StackAgreement, LabError> {
+    let da = RunDir::open(out_root, a)?;
+    let db = RunDir::open(out_root, b)?;
+    let key = |l: &RawLine| (l.prefix, l.role, l.op, l.theta.to_bits(), l.c.to_bits());
+    let index: std::collections::HashMap<_, &RawLine> =
+        db.lines().iter().map(|l| (key(l), l)).collect();
+    let mut sorted: Vec<&RawLine> = da.lines().iter().collect();
+    sorted.sort_by_key(|l| (l.is_natural(), l.prefix, l.run));
+    let mut out = StackAgreement::default();
+    for l in sorted {
+        let Some(o) = index.get(&key(l)) else {
+            continue;
+        };
+        let (f, p) = crate::stats::flips(&l.tokens, &o.tokens);
+        out.runs += 1;
+        out.positions += p;
+        out.differing_positions += f;
+        if f == 0 && l.tokens.len() == o.tokens.len() {
+            out.identical_runs += 1;
+        } else if out.first_difference.is_none() {
+            let at = crate::stats::first_divergence(&l.tokens, &o.tokens)
+                .unwrap_or(l.tokens.len().min(o.tokens.len()));
+            out.first_difference = Some((l.prefix, l.op, l.theta, l.c, at));
+        }
+    }
+    Ok(out)
 }
 
 fn check_abort(ctl: &RunControl, chunks_run: usize) -> Result<(), LabError> {

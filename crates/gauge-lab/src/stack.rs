@@ -1,0 +1,145 @@
+//! Which implementation makes each greedy decision: gauge's own row operators ([`crate::ops`]) or
+//! llama.cpp's own sampler chain through the bindings — the cross-stack check of the note's
+//! §8.1 llama.cpp driver, so one tool shows both stacks side by side.
+//!
+//! The llama.cpp stack builds, per run, the driver's chain
+//! ([`ReferenceChain::shifted_penalties_greedy`]): `logit-bias` adding the run's gauge `c` to every
+//! token, then llama.cpp's `penalties`, then `greedy`; the prompt is accepted into the chain
+//! before the first step (so it fills the penalty window, as the driver did), and every emitted
+//! token after. How each operator maps:
+//!
+//! * `ctrl` → `penalties(last_n, θ, 0, 0)`: llama.cpp's sign branch (`<= 0` multiplies), the same
+//!   fp32 operations as gauge's op, so the two stacks must agree token for token;
+//! * `subtractive` → `penalties(last_n, 1, 0, α)`: llama.cpp's presence penalty is exactly
+//!   `logit − α` on every seen token (θ = 1 switches it off, as in gauge's op);
+//! * `normalized` has no llama.cpp counterpart and is refused (it runs on gauge's stack only).
+//!
+//! "No window" (the note's whole history) is a window as long as the context: llama.cpp's ring
+//! buffer then never drops a token, which is what the driver's `last_n = 1024/2048` emulated.
+//!
+//! Cost: llama.cpp's stages touch the whole vocabulary per run and step (fill, bias, a hash
+//! lookup per candidate in `penalties`, greedy), against O(|S|) per run for gauge's fast path;
+//! this stack is a check, not the fast way to run the grid.
+
+use crate::error::LabError;
+use crate::ops::Op;
+use crate::probe::RunSpec;
+use gauge_engine::ReferenceChain;
+use serde::{Deserialize, Serialize};
+
+/// The sampler stack of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stack {
+    /// gauge's own operators on logit rows (exact, O(|S|) per run).
+    #[default]
+    Gauge,
+    /// llama.cpp's `logit-bias → penalties → greedy` chain through the bindings.
+    LlamaCpp,
+}
+
+impl Stack {
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::Gauge => "gauge",
+            Stack::LlamaCpp => "llama-cpp",
+        }
+    }
+
+    /// Parse a command-line name.
+    pub fn parse(s: &str) -> Option<Stack> {
+        match s.trim() {
+            "gauge" => Some(Stack::Gauge),
+            "llama-cpp" | "llama.cpp" | "llamacpp" => Some(Stack::LlamaCpp),
+            _ => None,
+        }
+    }
+
+    /// `true` for the default stack; configurations leave the field out then, so the run ids of
+    /// gauge-stack runs are the ones they had before the field existed.
+    pub fn is_gauge(&self) -> bool {
+        *self == Stack::Gauge
+    }
+
+    /// Can this stack run `op`?
+    pub fn supports(self, op: Op) -> bool {
+        match self {
+            Stack::Gauge => true,
+            Stack::LlamaCpp => matches!(op, Op::Ctrl | Op::Subtractive),
+        }
+    }
+
+    /// Refuse operators the stack cannot run, naming the field.
+    pub fn check_ops(self, ops: &[Op]) -> Result<(), LabError> {
+        match ops.iter().find(|&&op| !self.supports(op)) {
+            Some(op) => Err(LabError::config(
+                "ops",
+                op,
+                "ctrl or subtractive with the llama-cpp sampler (llama.cpp has no normalized penalty; run it on the gauge stack)",
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The llama.cpp driver chain of one run, before any token is accepted. `last_n` is the penalty
+/// window (the context length for "no window").
+pub(crate) fn llama_chain(
+    spec: &RunSpec,
+    n_vocab: usize,
+    last_n: usize,
+) -> Result<ReferenceChain, LabError> {
+    let off = spec.theta == 1.0;
+    let (repeat, present) = match spec.op {
+        Op::Ctrl => (spec.theta, 0.0),
+        Op::Subtractive => (1.0, if off { 0.0 } else { spec.alpha }),
+        other => {
+            return Err(LabError::config(
+                "ops",
+                other,
+                "ctrl or subtractive with the llama-cpp sampler",
+            ))
+        }
+    };
+    let last_n = i32::try_from(last_n).unwrap_or(i32::MAX);
+    Ok(ReferenceChain::shifted_penalties_greedy(
+        n_vocab, spec.c, last_n, repeat, 0.0, present,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_default_is_gauge() {
+        for s in [Stack::Gauge, Stack::LlamaCpp] {
+            assert_eq!(Stack::parse(s.name()), Some(s));
+            let j = serde_json::to_string(&s).unwrap();
+            assert_eq!(j, format!("\"{}\"", s.name()));
+        }
+        assert_eq!(Stack::default(), Stack::Gauge);
+        assert_eq!(Stack::parse("vllm"), None);
+    }
+
+    #[test]
+    fn llama_cpp_refuses_the_normalized_operator() {
+        assert!(Stack::LlamaCpp
+            .check_ops(&[Op::Ctrl, Op::Subtractive])
+            .is_ok());
+        match Stack::LlamaCpp.check_ops(&[Op::Ctrl, Op::Normalized]) {
+            Err(LabError::Config { field, value, .. }) => {
+                assert_eq!((field.as_str(), value.as_str()), ("ops", "normalized"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Stack::Gauge.check_ops(&Op::ALL).is_ok());
+    }
+}
