@@ -191,6 +191,66 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     (!bad).then_some(best_i)
 }
 
+/// The largest current value of "row + overlay" (llama.cpp's `max_logit` over the identity layout:
+/// NaN never wins, `-inf` when every value is), or `None` if the row holds NaN or +inf.
+pub fn current_max(row: &[f32], ov: &Overlay) -> Option<f32> {
+    let map = match (ov.has_transforms(), ov.only_div()) {
+        (false, _) => Some(1.0f32),
+        (true, Some(t)) => Some(t),
+        (true, None) => None,
+    };
+    let mut bad = false;
+    let mut m = f32::NEG_INFINITY;
+    let mut vbuf = [0.0f32; CHUNK];
+    for_spans(row, ov, |start, span, edited| {
+        if let (Some(t), false) = (map, edited) {
+            // the division is monotone: the max of the raw span maps to the max of its values
+            let x = span_max(span, &mut bad);
+            let v = if t == 1.0 { x } else { x / t };
+            m = if v > m { v } else { m };
+            return;
+        }
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            bad |= any_bad(block);
+            for &v in ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf) {
+                m = if v > m { v } else { m };
+            }
+        }
+    });
+    (!bad).then_some(m)
+}
+
+/// dist's weights over "row + overlay": `w[i] = expf(v_i - max)` (f32) for every id in order, into
+/// `w`, and their f64 sum in the same order, exactly as `dist` computes them on the filled array.
+pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64 {
+    w.clear();
+    w.reserve(row.len());
+    let div = ov.only_div();
+    let plain = !ov.has_transforms();
+    let mut sum = 0.0f64;
+    let mut vbuf = [0.0f32; CHUNK];
+    for_spans(row, ov, |start, span, edited| {
+        if !edited && (plain || div.is_some()) {
+            let t = div.unwrap_or(1.0);
+            for &x in span {
+                let v = if plain { x } else { x / t };
+                let p = (v - max).exp();
+                w.push(p);
+                sum += p as f64;
+            }
+            return;
+        }
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            for &v in ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf) {
+                let p = (v - max).exp();
+                w.push(p);
+                sum += p as f64;
+            }
+        }
+    });
+    sum
+}
+
 /// The `k` largest entries of "row + overlay" (values below `mask_below` read as -inf), sorted
 /// descending, as `(logit, id)`, provided the answer does not depend on tie-breaking.
 ///

@@ -72,6 +72,16 @@ fn assert_same_run(
             a, b,
             "{name}: step {step}: fast path chose {a}, fill path chose {b}"
         );
+        let sel = |c: &Chain| {
+            let cur = c.last_candidates();
+            let t = cur.as_slice()[cur.selected.unwrap()];
+            (t.id, t.logit.to_bits())
+        };
+        assert_eq!(
+            sel(&fast),
+            sel(&slow),
+            "{name}: step {step}: selected candidate differs"
+        );
         if compare_arrays {
             assert_eq!(
                 bits(fast.last_candidates().as_slice()),
@@ -194,13 +204,15 @@ fn top_n_sigma_in_custom_orders_matches_the_fill_path() {
         let json = serde_json::json!({"seed": 3, "samplers": order, "top_n_sigma": 1.5, "top_k": 20,
             "min_p": 0.1, "temperature": 0.7, "repeat_last_n": 16, "repeat_penalty": 1.2});
         let chain = chain_for(&json, n_vocab);
+        // dist over the whole (masked) vocabulary keeps only the selected candidate on the fast path
+        let whole = order.len() == 2;
         assert_same_run(
             &format!("order {order:?}"),
             &chain,
             &rows,
             &[4, 8, 15, 16, 23, 42],
             10,
-            true,
+            !whole,
         );
     }
     // greedy after a lazy mask reads the exact values
@@ -222,6 +234,39 @@ fn mirostat_v1_fast_path_matches_the_full_sort() {
                 let chain = chain_for(&json, n_vocab);
                 let name = format!("mirostat n={n_vocab} t={temp} tau={tau} shape={shape:?}");
                 assert_same_run(&name, &chain, &rows, &[], 20, true);
+            }
+        }
+    }
+}
+
+/// The selected candidate of the last step: `(id, logit bits, p bits)`.
+fn selected(c: &Chain) -> (i32, u32, u32) {
+    let cur = c.last_candidates();
+    let t = cur.as_slice()[cur.selected.unwrap()];
+    (t.id, t.logit.to_bits(), t.p.to_bits())
+}
+
+/// dist over the whole vocabulary (a temperature-only chain) reads the row: same tokens, and the
+/// selected candidate carries the same logit and `p` as in the filled array.
+#[test]
+fn dist_over_the_whole_vocabulary_matches_the_fill_path() {
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        for (n_vocab, temp) in [(50usize, 0.8f32), (5000, 0.7), (40_000, 1.0), (3000, 1.6)] {
+            let json = serde_json::json!({"seed": 21 + si, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                "temperature": temp, "logit_bias": [[2, 3.0], [3, false]], "repeat_last_n": 8, "repeat_penalty": 1.2});
+            let rows = rows(n_vocab, 3, 60 + si as u64, shape);
+            let chain = chain_for(&json, n_vocab);
+            let mut fast = chain.clone().with_fast_path(true);
+            let mut slow = chain.with_fast_path(false);
+            for step in 0..30 {
+                let row = &rows[step % rows.len()];
+                let (a, b) = (fast.sample(row).unwrap(), slow.sample(row).unwrap());
+                assert_eq!(a, b, "n={n_vocab} t={temp} shape={shape:?} step {step}");
+                assert_eq!(
+                    selected(&fast),
+                    selected(&slow),
+                    "n={n_vocab} step {step}: selected candidate"
+                );
             }
         }
     }

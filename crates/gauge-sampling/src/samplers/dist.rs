@@ -12,11 +12,18 @@
 //! * `p` becomes `p / sum` (f64 division, stored f32).
 //!
 //! `reset` reseeds from the configured seed (`0xFFFFFFFF` = a fresh random seed each time).
+//!
+//! On the chain's row fast path (dist as the first dense stage: a temperature-only chain) the stage
+//! reads "row + overlay" directly: the same `expf` weights and f64 sums in the same order, but no
+//! filled array and no normalisation pass over it. The array left behind holds only the selected
+//! candidate, with its `p`, as greedy's does.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::ops::max_logit;
+use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
-use crate::sampler::{Sampler, Shift};
+use crate::sampler::{FromRow, Sampler, Shift};
+use crate::scan;
 
 /// Seeded categorical draw from the softmax of the current candidates.
 #[derive(Clone, Debug)]
@@ -24,6 +31,8 @@ pub struct Dist {
     seed: u32,
     seed_cur: u32,
     rng: Mt19937,
+    /// The weights of the row fast path, reused across steps.
+    weights: Vec<f32>,
 }
 
 impl Dist {
@@ -34,6 +43,7 @@ impl Dist {
             seed,
             seed_cur,
             rng: Mt19937::new(seed_cur),
+            weights: Vec::new(),
         }
     }
 
@@ -87,6 +97,41 @@ impl Sampler for Dist {
             t.p = (t.p as f64 / sum_cum) as f32;
         }
         cur.selected = Some(found.unwrap_or(cur.len() - 1));
+    }
+    /// The same draw from "row + overlay" (see the module docs).
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        if row.len() < 2 {
+            return FromRow::Declined;
+        }
+        let max = match scan::current_max(row, ov) {
+            None => return FromRow::Invalid,
+            // all -inf: the slow path reproduces whatever llama.cpp's NaN weights do
+            Some(m) if m == f32::NEG_INFINITY => return FromRow::Declined,
+            Some(m) => m,
+        };
+        let sum_cum = scan::exp_weights(row, ov, max, &mut self.weights);
+        let rnd = self.rng.uniform_f64();
+        let sum_tgt = sum_cum * rnd;
+        let mut sum_run = 0.0f64;
+        let mut found = self.weights.len() - 1;
+        for (i, &p) in self.weights.iter().enumerate() {
+            sum_run += p as f64;
+            if sum_run >= sum_tgt {
+                found = i;
+                break;
+            }
+        }
+        let p = (self.weights[found] as f64 / sum_cum) as f32;
+        cur.set_data(
+            [TokenData {
+                id: found as TokenId,
+                logit: ov.get(row, found),
+                p,
+            }],
+            false,
+        );
+        cur.selected = Some(0);
+        FromRow::Done
     }
     fn reset(&mut self) {
         self.seed_cur = resolve_seed(self.seed);

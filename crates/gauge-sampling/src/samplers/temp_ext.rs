@@ -11,6 +11,7 @@
 
 use crate::candidates::Candidates;
 use crate::ops::{softmax_impl, temp_impl};
+use crate::overlay::{Overlay, Transform};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -76,6 +77,11 @@ impl Sampler for TempExt {
         } else {
             temp_impl(cur, self.t);
         }
+    }
+    /// Plain temperature (`delta <= 0`, `t > 0`) is a pending division on the chain's row fast
+    /// path (see `temp`); the dynamic form needs the whole sorted softmax.
+    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
+        self.delta <= 0.0 && self.t > 0.0 && self.t.is_finite() && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: the entropy and the softmax ignore a common shift, and dividing a shift by the
     /// temperature leaves a shift (all up to f32 rounding).
