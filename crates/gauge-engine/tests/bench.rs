@@ -45,8 +45,14 @@ fn vocabulary_free_chains_give_one_row_each_with_the_ratio_and_full_agreement() 
         assert!(r.llama_cpp_us > 0.0 && r.llama_cpp_us.is_finite(), "{r:?}");
         assert_eq!(r.ratio, r.llama_cpp_us / r.gauge_us);
         // The fastest block is no slower than the median one.
-        assert!(r.gauge_min_us > 0.0 && r.gauge_min_us <= r.gauge_us, "{r:?}");
-        assert!(r.llama_cpp_min_us > 0.0 && r.llama_cpp_min_us <= r.llama_cpp_us, "{r:?}");
+        assert!(
+            r.gauge_min_us > 0.0 && r.gauge_min_us <= r.gauge_us,
+            "{r:?}"
+        );
+        assert!(
+            r.llama_cpp_min_us > 0.0 && r.llama_cpp_min_us <= r.llama_cpp_us,
+            "{r:?}"
+        );
         assert_eq!(r.blocks, 2);
         assert_eq!(r.tokens_compared, 16);
         // gauge is llama.cpp-exact on these chains: every choice must be the same.
