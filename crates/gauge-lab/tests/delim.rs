@@ -164,6 +164,13 @@ fn delimiter_rates_recount_from_the_raw_records() {
                 let bracket = t != 7 && t % 5 == 0;
                 assert_eq!(l.structural[k], delim);
                 assert_eq!(l.bracket[k], bracket);
+                assert_eq!(l.flip[k], flip);
+                assert_eq!(
+                    l.note_predicted[k].is_some(),
+                    l.positions.top1_seen[k]
+                        && !l.positions.top2_seen[k]
+                        && l.positions.z_top[k] > 0.0
+                );
                 if flip {
                     flips += 1;
                     d += u64::from(delim);

@@ -249,6 +249,13 @@ pub struct DelimLine {
     pub structural: Vec<bool>,
     /// The brackets-only re-slice of the same tag.
     pub bracket: Vec<bool>,
+    /// Observed: emitted ≠ top-1 (derived from `positions`, kept for readers of the raw file).
+    pub flip: Vec<bool>,
+    /// The note's prediction `g < z_top(1 − 1/θ)` where its assumptions hold (clean positions),
+    /// `null` elsewhere.
+    pub note_predicted: Vec<Option<bool>>,
+    /// gauge's two-sided prediction for this op (every position).
+    pub gauge_predicted: Vec<bool>,
     /// The generated text (control tokens as nothing).
     pub gen_text: String,
     pub forward_tokens: u64,
@@ -513,6 +520,9 @@ pub fn run_delim(
             || !l.positions.is_consistent()
             || l.structural.len() != n
             || l.bracket.len() != n
+            || l.flip.len() != n
+            || l.note_predicted.len() != n
+            || l.gauge_predicted.len() != n
         {
             return Err(format!(
                 "line for prompt {} run {}: {} positions, expected {}",
@@ -582,6 +592,8 @@ pub fn run_delim(
                 for &e in &positions.emitted {
                     text.extend_from_slice(&codec.piece(e));
                 }
+                let n = positions.len();
+                let facts: Vec<_> = (0..n).map(|k| positions.facts(k)).collect();
                 lines.push(DelimLine {
                     chunk: k,
                     prompt: p,
@@ -592,6 +604,17 @@ pub fn run_delim(
                     prompt_tokens: prompts[p].len(),
                     structural: t.iter().map(|t| t.structural).collect(),
                     bracket: t.iter().map(|t| t.bracket).collect(),
+                    flip: (0..n)
+                        .map(|k| positions.emitted[k] != facts[k].top1)
+                        .collect(),
+                    note_predicted: facts
+                        .iter()
+                        .map(|f| (slice(f) == Slice::Clean).then(|| note_prediction(f, spec.theta)))
+                        .collect(),
+                    gauge_predicted: facts
+                        .iter()
+                        .map(|f| predicts_flip(spec.op, spec.theta, spec.alpha, f))
+                        .collect(),
                     gen_text: String::from_utf8_lossy(&text).into_owned(),
                     positions,
                     forward_tokens: r.forward_tokens,
