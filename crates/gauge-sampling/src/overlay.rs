@@ -231,9 +231,16 @@ impl Overlay {
         }
     }
 
-    /// `(lo, hi)` of a lazy top-n-sigma mask when it is the last pending transform.
+    /// `(lo, hi)` of a lazy top-n-sigma mask when it is the last pending transform and no edit was
+    /// written after it: then every entry's value before the mask is at hand and the mask is the
+    /// only thing between it and the current value (an edit after the mask is final and must not
+    /// be masked again).
     pub fn last_sigma_band(&self) -> Option<(f32, f32)> {
-        match self.n_xf.checked_sub(1).and_then(|i| self.xf[i as usize]) {
+        let last = self.n_xf.checked_sub(1)?;
+        if self.edits.iter().any(|e| e.2 > last) {
+            return None;
+        }
+        match self.xf[last as usize] {
             Some(Transform::MaskSigma { lo, hi, .. }) => Some((lo, hi)),
             _ => None,
         }
@@ -360,10 +367,10 @@ impl Overlay {
             else {
                 continue;
             };
-            if let Transform::MaskSigma { n, .. } = t {
-                // the array holds exactly what the stage would see: compute its cut from it
-                let cut =
-                    top_n_sigma_cut(|| s.iter().map(|c| c.logit), n).unwrap_or(f32::NEG_INFINITY);
+            if let Transform::MaskSigma { .. } = t {
+                // The cut from the snapshot of what the stage saw: an entry edited again after the
+                // mask no longer holds its pre-mask value here (its final value is written below).
+                let cut = self.sigma_cut(row);
                 s.iter_mut().for_each(|c| {
                     if c.logit < cut {
                         c.logit = f32::NEG_INFINITY

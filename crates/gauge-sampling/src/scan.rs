@@ -791,13 +791,20 @@ pub struct SortedSoftmax {
     ties: Vec<(f32, f64)>,
     thr: f32,
     max: f32,
-    sum: f32,
+    /// The sum is `(sum_units + j)·u` for one `j` in `0..=n_ties` (exactly one, found by
+    /// `resolve_sum`); `n_ties == 0` once it is known.
+    sum_units: u64,
+    n_ties: u64,
+    u: f64,
+    /// What `resolve_sum` needs: the head length, the binade and the head's units.
+    tie_state: (usize, i32, u64),
     n: usize,
 }
 
 /// What [`SortedSoftmax::sum_in_binade`] found.
 enum Binade {
-    Sum(f32),
+    /// The sum is known up to the ties (stored in `self`).
+    Sum,
     /// The sum reaches `2^(m+1)`: try the next binade.
     Higher,
     Fail,
@@ -811,9 +818,45 @@ impl SortedSoftmax {
     }
 
     /// The f32 sum of `expf(v - max)` over the whole row in sorted order, exactly as
-    /// `softmax_impl` accumulates it.
-    pub fn sum(&self) -> f32 {
-        self.sum
+    /// `softmax_impl` accumulates it, once known (see [`SortedSoftmax::sum_candidates`]).
+    pub fn sum(&self) -> Option<f32> {
+        (self.n_ties == 0).then(|| (self.sum_units as f64 * self.u) as f32)
+    }
+
+    /// How many values the sum may still take: an entry whose increment is exactly half a unit
+    /// rounds the running total to even, so it adds one unit more or less depending on everything
+    /// before it. Rather than replaying those few entries in order (a pass over the row each),
+    /// callers may try every candidate ([`SortedSoftmax::sum_candidate`]) and ask for the exact
+    /// sum only if the answers differ.
+    pub fn n_sum_candidates(&self) -> usize {
+        self.n_ties as usize + 1
+    }
+
+    /// The `j`-th possible value of the sum, `j < n_sum_candidates()`, ascending.
+    pub fn sum_candidate(&self, j: usize) -> f32 {
+        ((self.sum_units + j as u64) as f64 * self.u) as f32
+    }
+
+    /// Settle the sum exactly (replays the half-unit entries in sorted order); `false` if that
+    /// cannot be done here (the caller then sorts for real).
+    pub fn resolve_sum(&mut self, row: &[f32], ov: &Overlay) -> bool {
+        if self.n_ties == 0 {
+            return true;
+        }
+        let (h, m, head_units) = self.tie_state;
+        let mut ties = std::mem::take(&mut self.ties);
+        let floor: u64 = ties.iter().map(|t| t.1.floor() as u64).sum();
+        let res = self.replay_ties(row, ov, h, m, head_units, &mut ties);
+        self.ties = ties;
+        match res {
+            // replay_ties returns the ties' own increments; sum_units holds their floors
+            Some(t) if self.sum_units - floor + t < 1 << 24 => {
+                self.sum_units = self.sum_units - floor + t;
+                self.n_ties = 0;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The maximum (`data[0].logit` after the sort).
@@ -852,10 +895,7 @@ impl SortedSoftmax {
         let mut m = (s_top.to_bits() >> 23) as i32 - 127;
         for _ in 0..4 {
             match self.sum_in_binade(row, ov, m) {
-                Binade::Sum(sum) => {
-                    self.sum = sum;
-                    return Scan::Done;
-                }
+                Binade::Sum => return Scan::Done,
                 Binade::Higher => m += 1,
                 Binade::Fail => return Scan::Ambiguous,
             }
@@ -970,27 +1010,31 @@ impl SortedSoftmax {
                 units += n as u64;
             }
         }
-        let out = match self.count_region(row, ov, f32::NEG_INFINITY, m, Some(&mut ties)) {
-            None => Binade::Fail,
-            Some(c) => {
-                units += c;
-                if units >= 1 << 24 {
-                    Binade::Higher
-                } else if ties.is_empty() {
-                    Binade::Sum((units as f64 * u) as f32)
-                } else {
-                    match self.replay_ties(row, ov, h, m, head_units, &mut ties) {
-                        Some(t) if units + t < 1 << 24 => {
-                            Binade::Sum(((units + t) as f64 * u) as f32)
-                        }
-                        Some(_) => Binade::Higher,
-                        None => Binade::Fail,
-                    }
-                }
-            }
-        };
+        let counted = self.count_region(row, ov, f32::NEG_INFINITY, m, Some(&mut ties));
+        let n_ties = ties.len() as u64;
+        let floors: u64 = ties.iter().map(|t| t.1.floor() as u64).sum();
         self.ties = ties;
-        out
+        let Some(c) = counted else {
+            return Binade::Fail;
+        };
+        let base = units + c + floors;
+        self.sum_units = base;
+        self.n_ties = n_ties;
+        self.u = u;
+        self.tie_state = (h, m, head_units);
+        if base >= 1 << 24 {
+            return Binade::Higher;
+        }
+        if base + n_ties >= 1 << 24 || n_ties > 16 {
+            // the ties decide whether the binade holds: settle them now
+            if !self.resolve_sum(row, ov) {
+                return Binade::Fail;
+            }
+            if self.sum_units >= 1 << 24 {
+                return Binade::Higher;
+            }
+        }
+        Binade::Sum
     }
 
     /// `Σ round(e / u)` over the entries below `thr` with `v > lo` (`u = 2^(m-23)`), exact; entries
@@ -1150,7 +1194,11 @@ impl SortedSoftmax {
                 }
             }
             if v < self.thr {
-                above += self.count_region(row, ov, v, m, None)?;
+                // a tie is usually among the largest tail entries: sum the few above it exactly
+                above += match self.exact_units_above(row, ov, v, m) {
+                    Some(units) => units,
+                    None => self.count_region(row, ov, v, m, None)?,
+                };
             }
             let mut total = head_units + above + tie_units;
             while i < ties.len() && ties[i].0 == v {
@@ -1165,6 +1213,64 @@ impl SortedSoftmax {
             }
         }
         Some(tie_units)
+    }
+
+    /// `Σ round(e / u)` over the entries with `lo < v < thr`, leaving out exact halves, with
+    /// glibc's `expf` for each: what `count_region(lo, ..)` computes, for the common case of a
+    /// narrow band right below the threshold. `None` when the band holds more than a few thousand
+    /// entries (the vectorised count is then cheaper).
+    fn exact_units_above(&self, row: &[f32], ov: &Overlay, lo: f32, m: i32) -> Option<u64> {
+        const CAP: usize = 4096;
+        let inv_u = (2.0f64).powi(23 - m);
+        let (max, hi) = (self.max, self.thr);
+        let lo_ge = lo.next_up();
+        let mut map = RawMap::of(ov);
+        let (raw_lo, raw_hi) = match (map.raw_ge(lo_ge), map.raw_ge(hi)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                map = RawMap::General;
+                (lo_ge, hi)
+            }
+        };
+        let (mut total, mut seen) = (0u64, 0usize);
+        let mut vbuf = [0.0f32; CHUNK];
+        let mut ignore = false;
+        for (start, span, edited) in spans(row, ov) {
+            let raw = map != RawMap::General && !edited;
+            if raw && span_max(span, &mut ignore) < raw_lo {
+                continue;
+            }
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                let (vals, l, h) = if raw {
+                    (block, raw_lo, raw_hi)
+                } else {
+                    (
+                        ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf),
+                        lo_ge,
+                        hi,
+                    )
+                };
+                let mut hits = mask_ge(vals, l, &mut ignore);
+                while hits != 0 {
+                    let j = hits.trailing_zeros() as usize;
+                    hits &= hits - 1;
+                    if vals[j] >= h {
+                        continue;
+                    }
+                    seen += 1;
+                    if seen > CAP {
+                        return None;
+                    }
+                    let v = if raw { map.map(vals[j]) } else { vals[j] };
+                    let r = (v - max).exp() as f64 * inv_u;
+                    let n = r.round_ties_even();
+                    if (r - n).abs() != 0.5 {
+                        total += n as u64;
+                    }
+                }
+            }
+        }
+        Some(total)
     }
 
     /// Move the next-largest entries of the row (within 4 nats below `thr`, or all the rest far
@@ -1475,7 +1581,17 @@ mod tests {
             }
             cum
         };
-        assert_eq!(sm.sum().to_bits(), sum_bits.to_bits(), "sum");
+        // the exact sum is one of the candidates, and resolving finds it
+        let cands: Vec<u32> = (0..sm.n_sum_candidates())
+            .map(|j| sm.sum_candidate(j).to_bits())
+            .collect();
+        assert!(
+            cands.contains(&sum_bits.to_bits()),
+            "sum {sum_bits} not among {cands:?}"
+        );
+        assert!(sm.resolve_sum(row, ov), "the ties could not be replayed");
+        assert_eq!(sm.sum().map(f32::to_bits), Some(sum_bits.to_bits()), "sum");
+        let sum = sum_bits;
         for &k in ks {
             let k = k.min(row.len());
             if !sm.fix_order(row, ov, k) {
@@ -1487,7 +1603,7 @@ mod tests {
                     (s[i].id, s[i].logit.to_bits()),
                     "position {i} of {k}"
                 );
-                assert_eq!((c.e / sm.sum()).to_bits(), s[i].p.to_bits(), "p at {i}");
+                assert_eq!((c.e / sum).to_bits(), s[i].p.to_bits(), "p at {i}");
             }
         }
         Scan::Done

@@ -271,3 +271,32 @@ fn dist_over_the_whole_vocabulary_matches_the_fill_path() {
         }
     }
 }
+
+/// Regression (found by the chain proptests): an id edited before the lazy top-n-sigma mask (DRY,
+/// logit-bias) and again after it (penalties) must not change the cut, which comes from what the
+/// mask saw; and an edit after the mask is final, never masked again.
+#[test]
+fn an_entry_edited_before_and_after_the_sigma_mask_keeps_the_masks_cut() {
+    let n_vocab = 400;
+    for (si, &shape) in SHAPES.iter().enumerate().take(3) {
+        let rows = rows(n_vocab, 4, 1200 + si as u64, shape);
+        for (temp, range) in [(0.0f32, 0.84f32), (0.8, 0.0), (1.3, 0.5)] {
+            let json = serde_json::json!({"seed": 9, "temperature": temp, "dynatemp_range": range,
+                "dynatemp_exponent": 1.8, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "top_n_sigma": 1.0,
+                "repeat_last_n": 8, "repeat_penalty": 0.5, "dry_multiplier": 0.1, "dry_base": 1.0,
+                "dry_allowed_length": 0, "dry_penalty_last_n": 8, "dry_sequence_breaker_ids": [],
+                "logit_bias": [[5, 1.5], [6, -0.5]],
+                "samplers": ["dry", "top_n_sigma", "penalties", "top_k", "temperature"]});
+            let chain = chain_for(&json, n_vocab);
+            let history = [5, 6, 7, 5, 6, 8, 5, 9];
+            assert_same_run(
+                &format!("edited around the mask t={temp} shape={shape:?}"),
+                &chain,
+                &rows,
+                &history,
+                20,
+                range > 0.0,
+            );
+        }
+    }
+}

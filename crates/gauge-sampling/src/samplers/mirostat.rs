@@ -151,11 +151,27 @@ impl Sampler for Mirostat {
         if !self.soft.ensure_len(row, ov, need) {
             return FromRow::Declined;
         }
-        let sum = self.soft.sum();
-        let sorted = self.soft.sorted();
-        let k = self.k_of(n, |i| sorted[i].e / sum);
-        // top_k_impl on the sorted set: min(max(int(k), 1), n)
-        let keep = (x86_float_to_int(k).max(1) as usize).min(n);
+        // top_k_impl on the sorted set keeps min(max(int(k), 1), n); every candidate sum (see
+        // SortedSoftmax::sum_candidate) must give the same count, or the sum is settled first
+        let keep_for = |this: &Self, sum: f32| {
+            let sorted = this.soft.sorted();
+            let k = this.k_of(n, |i| sorted[i].e / sum);
+            (x86_float_to_int(k).max(1) as usize).min(n)
+        };
+        let mut keep = keep_for(self, self.soft.sum_candidate(0));
+        if (1..self.soft.n_sum_candidates())
+            .any(|j| keep_for(self, self.soft.sum_candidate(j)) != keep)
+        {
+            match self
+                .soft
+                .resolve_sum(row, ov)
+                .then(|| self.soft.sum())
+                .flatten()
+            {
+                Some(s) => keep = keep_for(self, s),
+                None => return FromRow::Declined,
+            }
+        }
         if keep > n / 4 || !self.soft.fix_order(row, ov, keep) {
             return FromRow::Declined;
         }
@@ -166,7 +182,11 @@ impl Sampler for Mirostat {
             cum += c.e;
         }
         cur.set_data(
-            top.iter().map(|c| TokenData { id: c.id as TokenId, logit: c.v, p: c.e / cum }),
+            top.iter().map(|c| TokenData {
+                id: c.id as TokenId,
+                logit: c.v,
+                p: c.e / cum,
+            }),
             true,
         );
         self.draw(cur);

@@ -52,6 +52,22 @@ impl MirostatV2 {
         self.mu
     }
 
+    /// How many entries the cut keeps (at least one) for a given sum; `None` if the sorted prefix
+    /// cannot be extended far enough.
+    fn cut_for(&mut self, row: &[f32], ov: &Overlay, sum: f32) -> Option<usize> {
+        let mut i = 0;
+        loop {
+            if !self.soft.ensure_len(row, ov, i + 1) {
+                return (self.soft.sorted().len() == row.len()).then_some(i.max(1));
+            }
+            let p = self.soft.sorted()[i].e / sum;
+            if -p.log2() > self.mu {
+                return Some(i.max(1));
+            }
+            i += 1;
+        }
+    }
+
     /// Draw from the renormalised kept set and move `mu` (both paths end here).
     fn draw(&mut self, cur: &mut Candidates) {
         let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
@@ -97,25 +113,30 @@ impl Sampler for MirostatV2 {
             Scan::Ambiguous => return FromRow::Declined,
             Scan::Invalid => return FromRow::Invalid,
         }
-        // the cut: first entry (descending) with -log2(p) > mu, p = e / sum as softmax_impl stores it
-        let (mu, sum) = (self.mu, self.soft.sum());
-        let mut keep = None;
-        let mut i = 0;
-        while keep.is_none() {
-            if !self.soft.ensure_len(row, ov, i + 1) {
-                if self.soft.sorted().len() < row.len() {
-                    return FromRow::Declined;
+        // the cut: first entry (descending) with -log2(p) > mu, p = e / sum as softmax_impl stores
+        // it; while a few half-unit entries leave the sum's last bits open, every candidate sum
+        // must give the same cut
+        let Some(mut keep) = self.cut_for(row, ov, self.soft.sum_candidate(0)) else {
+            return FromRow::Declined;
+        };
+        for j in 1..self.soft.n_sum_candidates() {
+            if self.cut_for(row, ov, self.soft.sum_candidate(j)) != Some(keep) {
+                let exact = match self
+                    .soft
+                    .resolve_sum(row, ov)
+                    .then(|| self.soft.sum())
+                    .flatten()
+                {
+                    Some(s) => s,
+                    None => return FromRow::Declined,
+                };
+                match self.cut_for(row, ov, exact) {
+                    Some(k) => keep = k,
+                    None => return FromRow::Declined,
                 }
-                keep = Some(i);
                 break;
             }
-            let p = self.soft.sorted()[i].e / sum;
-            if -p.log2() > mu {
-                keep = Some(i);
-            }
-            i += 1;
         }
-        let keep = keep.unwrap_or(0).max(1);
         if !self.soft.fix_order(row, ov, keep) {
             return FromRow::Declined;
         }
