@@ -820,7 +820,7 @@ impl SortedSoftmax {
     /// The f32 sum of `expf(v - max)` over the whole row in sorted order, exactly as
     /// `softmax_impl` accumulates it, once known (see [`SortedSoftmax::sum_candidates`]).
     pub fn sum(&self) -> Option<f32> {
-        (self.n_ties == 0).then(|| (self.sum_units as f64 * self.u) as f32)
+        (self.n_ties == 0).then_some((self.sum_units as f64 * self.u) as f32)
     }
 
     /// How many values the sum may still take: an entry whose increment is exactly half a unit
