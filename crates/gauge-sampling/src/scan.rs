@@ -715,34 +715,87 @@ struct Kern {
 /// The count kernel on one full block: adds `round(x)` (`x ≈ expf(v - max) / u`) for the lanes in
 /// range whose rounding the error bound decides, and reports whether any lane needs the exact path.
 #[inline(always)]
-fn count_lanes(vals: &[f32], k: &Kern, lanes: &mut [u32; CHUNK]) -> bool {
+fn count_lanes<const DUAL: bool>(vals: &[f32], k: &Kern, lanes: &mut [[u32; CHUNK]; 2]) -> bool {
     const MAGIC: f32 = 12_582_912.0;
     const BIG: f32 = 16_384.0;
     const TOL_ABS: f32 = 1.0 / 16_777_216.0; // 2^-24
     let mut flagged = false;
-    for (lane, &x) in lanes.iter_mut().zip(vals) {
+    let [l1, l2] = lanes;
+    if !DUAL {
+        for (a, &x) in l1.iter_mut().zip(vals) {
+            let inr = (x >= k.lo_ge) & (x < k.hi);
+            let units = crate::ops::exp2_approx(x * k.a + k.b);
+            let t = units + MAGIC;
+            let n = t - MAGIC;
+            let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
+            let unsure = (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS));
+            *a = a.wrapping_add(if inr & !unsure { ni } else { 0 });
+            flagged |= inr & unsure;
+        }
+        return flagged;
+    }
+    // Two vectorisable loops: the first is the single-binade kernel that also keeps each lane's
+    // count and verdict; the second rounds half the count for the next binade and takes back,
+    // from the first count, lanes that binade is unsure about (they go to the exact path whole).
+    let mut units = [0.0f32; CHUNK];
+    let mut nis = [0u32; CHUNK];
+    let mut takes = [0u32; CHUNK];
+    for ((((a, u), nn), tk), &x) in l1
+        .iter_mut()
+        .zip(&mut units)
+        .zip(&mut nis)
+        .zip(&mut takes)
+        .zip(vals)
+    {
         let inr = (x >= k.lo_ge) & (x < k.hi);
-        let units = crate::ops::exp2_approx(x * k.a + k.b);
-        let t = units + MAGIC;
+        let un = crate::ops::exp2_approx(x * k.a + k.b);
+        let t = un + MAGIC;
         let n = t - MAGIC;
         let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
-        let unsure = (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS));
-        let flag = inr & unsure;
-        *lane = lane.wrapping_add(if inr & !unsure { ni } else { 0 });
-        flagged |= flag;
+        let unsure = (un >= BIG) | ((un - n).abs() > 0.5 - (un * k.tol_rel + TOL_ABS));
+        let take = inr & !unsure;
+        *a = a.wrapping_add(if take { ni } else { 0 });
+        *u = un;
+        *nn = ni;
+        *tk = take as u32;
+        flagged |= inr & unsure;
+    }
+    for ((((a, b), &un), &ni), &tk) in l1
+        .iter_mut()
+        .zip(l2.iter_mut())
+        .zip(&units)
+        .zip(&nis)
+        .zip(&takes)
+    {
+        // the next binade's unit is twice as large: half the count, rounded on its own
+        let u2 = un * 0.5;
+        let t2 = u2 + MAGIC;
+        let n2 = t2 - MAGIC;
+        let ni2 = t2.to_bits().wrapping_sub(MAGIC.to_bits());
+        let unsure2 = (u2 - n2).abs() > 0.5 - (u2 * k.tol_rel + TOL_ABS);
+        let take = tk != 0;
+        *b = b.wrapping_add(if take & !unsure2 { ni2 } else { 0 });
+        *a = a.wrapping_sub(if take & unsure2 { ni } else { 0 });
+        flagged |= take & unsure2;
     }
     flagged
 }
 
 /// Whether the count kernel's lane would need the exact path (same arithmetic as `count_lanes`).
 #[inline(always)]
-fn lane_unsure(x: f32, k: &Kern) -> bool {
+fn lane_unsure<const DUAL: bool>(x: f32, k: &Kern) -> bool {
     const MAGIC: f32 = 12_582_912.0;
     const BIG: f32 = 16_384.0;
     const TOL_ABS: f32 = 1.0 / 16_777_216.0;
     let units = crate::ops::exp2_approx(x * k.a + k.b);
     let n = (units + MAGIC) - MAGIC;
-    (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS))
+    let mut unsure = (units >= BIG) | ((units - n).abs() > 0.5 - (units * k.tol_rel + TOL_ABS));
+    if DUAL {
+        let u2 = units * 0.5;
+        let n2 = (u2 + MAGIC) - MAGIC;
+        unsure |= (u2 - n2).abs() > 0.5 - (u2 * k.tol_rel + TOL_ABS);
+    }
+    unsure
 }
 
 /// `softmax_impl(cur, do_sort = true)` over the whole "row + overlay" (llama.cpp's full sort, then
@@ -798,6 +851,10 @@ pub struct SortedSoftmax {
     u: f64,
     /// What `resolve_sum` needs: the head length, the binade and the head's units.
     tie_state: (usize, i32, u64),
+    /// A count of the next binade from a dual pass: `(binade, count, thr at count time)`, with its
+    /// half-unit entries in `ties_next`.
+    next: Option<(i32, u64, f32)>,
+    ties_next: Vec<(f32, f64)>,
     n: usize,
 }
 
@@ -893,8 +950,12 @@ impl SortedSoftmax {
             s_top += c.e;
         }
         let mut m = (s_top.to_bits() >> 23) as i32 - 127;
+        // A top close to the next power of two is likely pushed over it by the tail: count both
+        // binades in the one pass then, instead of a second pass after the first fails.
+        let dual = s_top >= 0.875 * (2.0f32).powi(m + 1);
+        self.next = None;
         for _ in 0..4 {
-            match self.sum_in_binade(row, ov, m) {
+            match self.sum_in_binade(row, ov, m, dual) {
                 Binade::Sum => return Scan::Done,
                 Binade::Higher => m += 1,
                 Binade::Fail => return Scan::Ambiguous,
@@ -975,7 +1036,7 @@ impl SortedSoftmax {
     }
 
     /// The exact sorted-order f32 sum if it lands in binade `m` (see the type docs).
-    fn sum_in_binade(&mut self, row: &[f32], ov: &Overlay, m: i32) -> Binade {
+    fn sum_in_binade(&mut self, row: &[f32], ov: &Overlay, m: i32, dual: bool) -> Binade {
         if !(0..=100).contains(&m) {
             return Binade::Fail;
         }
@@ -1010,7 +1071,41 @@ impl SortedSoftmax {
                 units += n as u64;
             }
         }
-        let counted = self.count_region(row, ov, f32::NEG_INFINITY, m, Some(&mut ties));
+        let counted = match self.next.take() {
+            Some((mm, c2, thr_then)) if mm == m => {
+                // the dual pass counted every entry below thr_then; those the head extension has
+                // moved into the sorted prefix since are counted there now
+                let mut c = Some(c2);
+                for e in self.sorted.iter().filter(|e| e.v < thr_then) {
+                    let r = e.e as f64 * inv_u;
+                    let n = r.round_ties_even();
+                    if (r - n).abs() != 0.5 {
+                        c = c.and_then(|c| c.checked_sub(n as u64));
+                    }
+                }
+                let thr = self.thr;
+                ties.extend(self.ties_next.iter().filter(|t| t.0 < thr));
+                c
+            }
+            _ if dual => {
+                let mut ties_next = std::mem::take(&mut self.ties_next);
+                ties_next.clear();
+                let res = self.count_region_impl::<true>(
+                    row,
+                    ov,
+                    f32::NEG_INFINITY,
+                    m,
+                    Some(&mut ties),
+                    Some(&mut ties_next),
+                );
+                self.ties_next = ties_next;
+                res.map(|(c, c2)| {
+                    self.next = Some((m + 1, c2, self.thr));
+                    c
+                })
+            }
+            _ => self.count_region(row, ov, f32::NEG_INFINITY, m, Some(&mut ties)),
+        };
         let n_ties = ties.len() as u64;
         let floors: u64 = ties.iter().map(|t| t.1.floor() as u64).sum();
         self.ties = ties;
@@ -1046,8 +1141,23 @@ impl SortedSoftmax {
         ov: &Overlay,
         lo: f32,
         m: i32,
-        mut ties: Option<&mut Vec<(f32, f64)>>,
+        ties: Option<&mut Vec<(f32, f64)>>,
     ) -> Option<u64> {
+        self.count_region_impl::<false>(row, ov, lo, m, ties, None)
+            .map(|c| c.0)
+    }
+
+    /// `count_region` for binade `m`, and with `DUAL` for `m + 1` too (its ties in `ties2`), in
+    /// the same pass: the exponential is the expensive part and both counts share it.
+    fn count_region_impl<const DUAL: bool>(
+        &self,
+        row: &[f32],
+        ov: &Overlay,
+        lo: f32,
+        m: i32,
+        mut ties: Option<&mut Vec<(f32, f64)>>,
+        mut ties2: Option<&mut Vec<(f32, f64)>>,
+    ) -> Option<(u64, u64)> {
         const LOG2E: f64 = std::f64::consts::LOG2_E;
         let (max, hi) = (self.max, self.thr);
         let u = (2.0f64).powi(m - 23);
@@ -1055,7 +1165,7 @@ impl SortedSoftmax {
         // entries with d < l_min have expf(d) < u / 2 and add nothing
         let l_min = ((u / 2.0).ln() - 1e-3) as f32;
         if hi - max < l_min {
-            return Some(0);
+            return Some((0, 0));
         }
         // the error budget of the kernel (type docs), with |v| <= |max| + 20 for every lane that
         // can round to a non-zero count
@@ -1102,9 +1212,14 @@ impl SortedSoftmax {
             _ => val,
         };
         let mut vbuf = [0.0f32; CHUNK];
-        let mut lanes = [0u32; CHUNK];
-        let mut total = 0u64;
+        let mut lanes = [[0u32; CHUNK]; 2];
+        let (mut total, mut total2) = (0u64, 0u64);
         let mut blocks = 0u32;
+        let flush = |lanes: &mut [[u32; CHUNK]; 2], total: &mut u64, total2: &mut u64| {
+            *total += lanes[0].iter().map(|&l| l as u64).sum::<u64>();
+            *total2 += lanes[1].iter().map(|&l| l as u64).sum::<u64>();
+            *lanes = [[0; CHUNK]; 2];
+        };
         for_blocks(row, ov, |start, block, edited| {
             let (vals, k, exact) = if map != RawMap::General && !edited {
                 (block, &raw, false)
@@ -1123,11 +1238,10 @@ impl SortedSoftmax {
                 return;
             }
             let short = vals.len() < CHUNK;
-            if !short && !count_lanes(vals, k, &mut lanes) {
+            if !short && !count_lanes::<DUAL>(vals, k, &mut lanes) {
                 blocks += 1;
-                if blocks == 1 << 15 {
-                    total += lanes.iter().map(|&l| l as u64).sum::<u64>();
-                    lanes = [0; CHUNK];
+                if blocks == 1 << 14 {
+                    flush(&mut lanes, &mut total, &mut total2);
                     blocks = 0;
                 }
                 return;
@@ -1135,7 +1249,7 @@ impl SortedSoftmax {
             blocks += !short as u32;
             // the exact path for the lanes the kernel left out (all of a short last block)
             for &x in vals {
-                if !((x >= k.lo_ge) & (x < k.hi)) || (!short && !lane_unsure(x, k)) {
+                if !((x >= k.lo_ge) & (x < k.hi)) || (!short && !lane_unsure::<DUAL>(x, k)) {
                     continue;
                 }
                 let v = if exact { x } else { map.map(x) };
@@ -1148,14 +1262,25 @@ impl SortedSoftmax {
                 } else {
                     total += n as u64;
                 }
+                if DUAL {
+                    let r2 = r * 0.5;
+                    let n2 = r2.round_ties_even();
+                    if (r2 - n2).abs() == 0.5 {
+                        if let Some(t) = ties2.as_deref_mut() {
+                            t.push((v, r2));
+                        }
+                    } else {
+                        total2 += n2 as u64;
+                    }
+                }
             }
-            if blocks == 1 << 15 {
-                total += lanes.iter().map(|&l| l as u64).sum::<u64>();
-                lanes = [0; CHUNK];
+            if blocks == 1 << 14 {
+                flush(&mut lanes, &mut total, &mut total2);
                 blocks = 0;
             }
         });
-        Some(total + lanes.iter().map(|&l| l as u64).sum::<u64>())
+        flush(&mut lanes, &mut total, &mut total2);
+        Some((total, total2))
     }
 
     /// The increments of the tail entries whose `e / u` is exactly a half. Such an entry adds the
@@ -1273,7 +1398,7 @@ impl SortedSoftmax {
         Some(total)
     }
 
-    /// Move the next-largest entries of the row (within 4 nats below `thr`, or all the rest far
+    /// Move the next-largest entries of the row (within 1.5 nats below `thr`, or all the rest far
     /// below the max) into the sorted prefix, at most about `want` more (plus ties), so the sorts
     /// stay small. `false` when nothing is left.
     fn extend(&mut self, row: &[f32], ov: &Overlay, want: usize) -> bool {
@@ -1285,7 +1410,7 @@ impl SortedSoftmax {
         let mut thr = if self.thr - self.max < -110.0 {
             f32::NEG_INFINITY
         } else {
-            self.thr - 4.0
+            self.thr - 1.5
         };
         let (old, max, lo) = (self.thr, self.max, thr);
         let mut map = RawMap::of(ov);
@@ -1317,9 +1442,10 @@ impl SortedSoftmax {
                 for (j, &x) in vals.iter().enumerate() {
                     if x >= l && x < h {
                         let v = if exact { x } else { map.map(x) };
+                        // e is filled in after the selection below
                         out.push(Cand {
                             v,
-                            e: (v - max).exp(),
+                            e: 0.0,
                             id: (start + j) as u32,
                         });
                     }
@@ -1336,6 +1462,9 @@ impl SortedSoftmax {
             let w = self.scratch[limit - 1].v;
             self.scratch.retain(|c| c.v >= w);
             thr = w;
+        }
+        for c in self.scratch.iter_mut() {
+            c.e = (c.v - max).exp();
         }
         self.scratch.sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
         self.sorted.extend_from_slice(&self.scratch);
