@@ -11,6 +11,10 @@
 //!   a thread sees a vocabulary that large.
 //! * llama.cpp asserts on an empty array in `softmax_impl`; here an empty array is left untouched,
 //!   so no user input can make the library panic.
+//! * [`top_n_sigma_cut`] is the one implementation of that stage's threshold, shared by the filled
+//!   array and the row fast path's lazy mask, so both compute it from the same code.
+//! * [`exp2_approx`] is not a llama.cpp function: the row fast paths use it to classify entries
+//!   under a proven error bound, never as a value (see `scan`).
 
 use std::cell::RefCell;
 

@@ -1,10 +1,18 @@
-//! One-pass kernels over "row + overlay" for the first dense stage (greedy, top-k).
+//! Kernels over "row + overlay" for the first dense stage: greedy, top-k, dist, the sorted
+//! softmax of mirostat, and top-n-sigma's bound.
 //!
-//! They read the caller's logit row in blocks of `CHUNK`; a block is skipped with one vectorised
-//! comparison unless it holds a value that could enter the result, and blocks that hold an edit are
-//! read entry by entry through the overlay. They return `None` whenever the result would depend on
-//! how llama.cpp's sort breaks ties (equal logits at or above the cut, or values the bucket sort
-//! mis-files); the caller then takes the exact slow path. So these are exact or silent, never wrong.
+//! They read the caller's logit row in spans of up to 256 entries (one vectorised reduction and
+//! one branch per span) or blocks of `CHUNK`; clean stretches are read raw (a pending temperature
+//! division is inverted into an exact raw threshold, so skipped entries are never divided), blocks
+//! that hold an edit are read entry by entry through the overlay. NaN/+inf is detected in the same
+//! pass (one `cmpnleps` per vector), so validation costs no separate trip through memory.
+//!
+//! Every kernel is exact or silent: whenever its shortcut cannot prove the slow path's exact
+//! answer (a tie llama.cpp's sort would break in an order it does not replay, logits beyond the
+//! bucket sort's range, a bound too loose to decide), it says so and the caller fills the array.
+//! Where a shortcut uses approximate arithmetic (`exp2_approx`, f64 moments), that arithmetic only
+//! classifies, under an error bound checked exhaustively or derived in the docs, and the values that
+//! reach a probability are always computed the slow path's way.
 
 use crate::overlay::{Overlay, CHUNK};
 
@@ -808,7 +816,7 @@ fn lane_unsure<const DUAL: bool>(x: f32, k: &Kern) -> bool {
 /// is a sequence of f32 additions `s += e_i` with `s` growing. While `s` stays in one binade
 /// `[2^m, 2^(m+1))`, every float there is a multiple of `u = 2^(m-23)`, so `fl(s + e) = s +
 /// u·round(e / u)`: the increment does not depend on `s`, except when `e / u` is exactly a half,
-/// where ties-to-even looks at the running total (those few entries are replayed in order). So:
+/// where ties-to-even looks at the running total. So:
 ///
 /// 1. the head (the largest entries, sorted) is summed exactly in order until `s >= 2^m`;
 /// 2. every other entry adds `round(e / u)` units of `u`, in any order: an integer count, with no
@@ -817,7 +825,13 @@ fn lane_unsure<const DUAL: bool>(x: f32, k: &Kern) -> bool {
 ///    distance to the next rounding boundary; entries too close to a boundary (or too large for
 ///    the bound to decide) get glibc's `expf`, exactly as the slow path computes it;
 /// 3. the result is accepted only if the count stays below `2^(m+1)` (no binade change in the
-///    tail); otherwise the head is extended and `m + 1` tried.
+///    tail); otherwise the head is extended and `m + 1` tried. When the head alone is already
+///    close to `2^(m+1)`, the same pass also counts for `m + 1` (halved units, rounded on their
+///    own), so the retry needs no second pass;
+/// 4. an entry whose `e / u` is exactly a half adds `q` or `q + 1` units depending on the parity of
+///    everything before it. Such entries are rare and leave a few candidate sums
+///    ([`SortedSoftmax::n_sum_candidates`]); the caller checks whether its answer depends on which
+///    one, and only then [`SortedSoftmax::resolve_sum`] replays them in sorted order.
 ///
 /// The kernel's bound: `x = expf(d)/u` is `2^Y` with `Y = d·log2 e + 23 - m`; the kernel evaluates
 /// `y = fl(fl(raw·a) + b)` with `a = log2 e / t`, `b = 23 - m - max·log2 e` (each rounded once), so
@@ -831,7 +845,7 @@ fn lane_unsure<const DUAL: bool>(x: f32, k: &Kern) -> bool {
 /// Whatever cannot be decided here (a tie in the lowest bucket, logits beyond the bucket sort's
 /// range, more than a few tied increments) is `Ambiguous` and the caller sorts for real.
 ///
-/// Cost: two vectorised passes over the row, `expf` for the entries within [`D_TOP`] nats of the
+/// Cost: two vectorised passes over the row, `expf` for the entries within `D_TOP` (8) nats of the
 /// max (and a few near rounding boundaries), and a sort of those entries, against a full
 /// 128-bucket sort of the vocabulary.
 #[derive(Clone, Debug, Default)]
@@ -875,7 +889,7 @@ impl SortedSoftmax {
     }
 
     /// The f32 sum of `expf(v - max)` over the whole row in sorted order, exactly as
-    /// `softmax_impl` accumulates it, once known (see [`SortedSoftmax::sum_candidates`]).
+    /// `softmax_impl` accumulates it, once known (see [`SortedSoftmax::n_sum_candidates`]).
     pub fn sum(&self) -> Option<f32> {
         (self.n_ties == 0).then_some((self.sum_units as f64 * self.u) as f32)
     }
