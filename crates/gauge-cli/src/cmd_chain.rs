@@ -44,13 +44,19 @@ pub fn run(args: &ChainArgs) -> Result<()> {
     for (name, s) in &report {
         match s {
             gauge_sampling::Shift::Invariant => println!("  {name:<14} shift-invariant"),
-            gauge_sampling::Shift::Variant(why) => println!("  {name:<14} NOT shift-invariant: {why}"),
+            gauge_sampling::Shift::Variant(why) => {
+                println!("  {name:<14} NOT shift-invariant: {why}")
+            }
         }
     }
     let all = report.iter().all(|(_, s)| s.is_invariant());
     println!(
         "chain: {}",
-        if all { "shift-invariant (adding a constant to every logit cannot change its output)" } else { "NOT shift-invariant: its output depends on where the model's logits sit relative to 0" }
+        if all {
+            "shift-invariant (adding a constant to every logit cannot change its output)"
+        } else {
+            "NOT shift-invariant: its output depends on where the model's logits sit relative to 0"
+        }
     );
     Ok(())
 }

@@ -21,7 +21,12 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub chat: bool,
     /// Tokens to generate.
-    #[arg(short = 'n', long = "n-predict", visible_alias = "max-tokens", default_value_t = 128)]
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        visible_alias = "max-tokens",
+        default_value_t = 128
+    )]
     pub n_predict: usize,
     /// Keep generating past end-of-generation tokens (they are also banned, as in llama.cpp).
     #[arg(long)]
@@ -41,8 +46,13 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     if args.ignore_eos {
         params.ignore_eos = true;
     }
-    let opts = ModelOptions { n_ctx: args.ctx_size, ..Default::default() };
-    let model = Arc::new(Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?);
+    let opts = ModelOptions {
+        n_ctx: args.ctx_size,
+        ..Default::default()
+    };
+    let model = Arc::new(
+        Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
+    );
     params.validate(model.n_vocab())?;
     let mut chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
     eprintln!("sampler seed: {}", params.resolved_seed());
@@ -63,7 +73,9 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
             return true;
         }
         // a closed pipe stops generation quietly
-        out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_ok()
+        out.write_all(piece.as_bytes())
+            .and_then(|_| out.flush())
+            .is_ok()
     })?;
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);

@@ -18,7 +18,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "gauge", version, about = "llama.cpp-exact sampler chains, gauge-invariant repetition penalties, and the instrument that measures the difference")]
+#[command(
+    name = "gauge",
+    version,
+    about = "llama.cpp-exact sampler chains, gauge-invariant repetition penalties, and the instrument that measures the difference"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -96,7 +96,12 @@ pub struct SamplingArgs {
     #[arg(long, visible_alias = "sampling-seq", value_name = "LETTERS")]
     pub sampler_seq: Option<String>,
     /// Logit bias `TOKEN(+|-)BIAS`, e.g. `15043+1` or `15043-inf` (repeatable).
-    #[arg(short = 'l', long, value_name = "TOKEN(+|-)BIAS", allow_hyphen_values = true)]
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "TOKEN(+|-)BIAS",
+        allow_hyphen_values = true
+    )]
     pub logit_bias: Vec<String>,
     /// Minimum candidates kept by top-p, min-p, typical and XTC.
     #[arg(long)]
@@ -113,10 +118,17 @@ pub fn parse_logit_bias(s: &str) -> Result<(i64, f64)> {
         .skip(1)
         .find(|(_, c)| *c == '+' || *c == '-')
         .map(|(i, _)| i)
-        .with_context(|| format!("--logit-bias {s:?}: expected TOKEN+BIAS or TOKEN-BIAS, e.g. 15043+1"))?;
+        .with_context(|| {
+            format!("--logit-bias {s:?}: expected TOKEN+BIAS or TOKEN-BIAS, e.g. 15043+1")
+        })?;
     let (tok, rest) = s.split_at(pos);
-    let token: i64 = tok.trim().parse().with_context(|| format!("--logit-bias {s:?}: token id {tok:?} is not an integer"))?;
-    let bias: f64 = rest.parse().with_context(|| format!("--logit-bias {s:?}: bias {rest:?} is not a number"))?;
+    let token: i64 = tok
+        .trim()
+        .parse()
+        .with_context(|| format!("--logit-bias {s:?}: token id {tok:?} is not an integer"))?;
+    let bias: f64 = rest
+        .parse()
+        .with_context(|| format!("--logit-bias {s:?}: bias {rest:?} is not a number"))?;
     if bias.is_nan() {
         bail!("--logit-bias {s:?}: bias is NaN");
     }
@@ -126,14 +138,19 @@ pub fn parse_logit_bias(s: &str) -> Result<(i64, f64)> {
 fn read_params_file(spec: &str) -> Result<Value> {
     let text = if spec == "-" {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading --params from stdin")?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("reading --params from stdin")?;
         s
     } else {
         std::fs::read_to_string(spec).with_context(|| format!("reading --params file {spec}"))?
     };
-    let v: Value = serde_json::from_str(&text).with_context(|| format!("--params {spec}: malformed JSON"))?;
+    let v: Value =
+        serde_json::from_str(&text).with_context(|| format!("--params {spec}: malformed JSON"))?;
     if !v.is_object() {
-        bail!("--params {spec}: expected a JSON object of request fields, got {}", kind(&v));
+        bail!(
+            "--params {spec}: expected a JSON object of request fields, got {}",
+            kind(&v)
+        );
     }
     Ok(v)
 }
@@ -205,7 +222,10 @@ impl SamplingArgs {
             let list: Vec<Value> = if self.dry_sequence_breaker.iter().any(|b| b == "none") {
                 vec![]
             } else {
-                self.dry_sequence_breaker.iter().map(|b| Value::String(b.clone())).collect()
+                self.dry_sequence_breaker
+                    .iter()
+                    .map(|b| Value::String(b.clone()))
+                    .collect()
             };
             set("dry_sequence_breakers", Value::Array(list));
         }
@@ -213,7 +233,11 @@ impl SamplingArgs {
             bail!("--samplers and --sampler-seq both given: use one");
         }
         if let Some(names) = &self.samplers {
-            let list = names.split(';').filter(|s| !s.is_empty()).map(|s| Value::String(s.to_string())).collect();
+            let list = names
+                .split(';')
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_string()))
+                .collect();
             set("samplers", Value::Array(list));
         }
         if let Some(letters) = &self.sampler_seq {
@@ -223,7 +247,11 @@ impl SamplingArgs {
             let mut pairs = Vec::new();
             for s in &self.logit_bias {
                 let (tok, bias) = parse_logit_bias(s)?;
-                let b = if bias == f64::NEG_INFINITY { Value::Bool(false) } else { serde_json::json!(bias) };
+                let b = if bias == f64::NEG_INFINITY {
+                    Value::Bool(false)
+                } else {
+                    serde_json::json!(bias)
+                };
                 pairs.push(Value::Array(vec![serde_json::json!(tok), b]));
             }
             set("logit_bias", Value::Array(pairs));
@@ -234,7 +262,8 @@ impl SamplingArgs {
     /// Deserialize and validate into `SamplingParams`.
     pub fn to_params(&self) -> Result<SamplingParams> {
         let obj = self.to_json()?;
-        let params: SamplingParams = serde_json::from_value(Value::Object(obj)).map_err(|e| anyhow::anyhow!("sampling parameters: {e}"))?;
+        let params: SamplingParams = serde_json::from_value(Value::Object(obj))
+            .map_err(|e| anyhow::anyhow!("sampling parameters: {e}"))?;
         Ok(params)
     }
 }
@@ -248,7 +277,10 @@ mod tests {
         assert_eq!(parse_logit_bias("15043+1").unwrap(), (15043, 1.0));
         assert_eq!(parse_logit_bias("15043-1.5").unwrap(), (15043, -1.5));
         assert_eq!(parse_logit_bias("15043-inf").unwrap().1, f64::NEG_INFINITY);
-        assert!(parse_logit_bias("abc+1").unwrap_err().to_string().contains("not an integer"));
+        assert!(parse_logit_bias("abc+1")
+            .unwrap_err()
+            .to_string()
+            .contains("not an integer"));
         assert!(parse_logit_bias("15043").is_err());
     }
 }
