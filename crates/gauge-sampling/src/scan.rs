@@ -635,6 +635,9 @@ pub struct Cand {
 /// Entries within this many nats of the maximum are collected (and sorted) in the first pass.
 const D_TOP: f32 = 8.0;
 
+/// Bands at least this long are appended bucket by bucket (see `SortedSoftmax::append_scratch`).
+const BUCKETED_APPEND_MIN: usize = 2048;
+
 /// Largest logit the bucket sort files correctly (`6.4 x + 64` must fit an i32); above it the
 /// sort puts the entry in the lowest bucket and `data[0]` is no longer the maximum.
 const BUCKET_SAFE_MAX: f32 = 3.0e8;
@@ -1419,14 +1422,50 @@ impl SortedSoftmax {
         if self.sorted.len() >= self.n {
             return false;
         }
-        self.scratch.clear();
         // e == 0 far below the max: collect the rest (including -inf) in one go
         let mut thr = if self.thr - self.max < -110.0 {
             f32::NEG_INFINITY
         } else {
             self.thr - 1.5
         };
-        let (old, max, lo) = (self.thr, self.max, thr);
+        self.collect_band(row, ov, thr, usize::MAX);
+        let limit = (2 * want.saturating_sub(self.sorted.len()))
+            .max(self.sorted.len())
+            .max(256);
+        if self.scratch.len() > limit {
+            // keep the `limit` largest and every entry tied with the smallest of them
+            self.scratch
+                .select_nth_unstable_by(limit - 1, |a, b| b.v.total_cmp(&a.v));
+            let w = self.scratch[limit - 1].v;
+            self.scratch.retain(|c| c.v >= w);
+            thr = w;
+        }
+        self.append_scratch(thr);
+        true
+    }
+
+    /// Extend the sorted prefix in one pass to every entry with `v >= lo`, unless that would make
+    /// it longer than `cap`: then nothing changes and the answer is `false`. Callers that can
+    /// estimate how deep they will read use this instead of [`SortedSoftmax::ensure_len`], whose
+    /// small steps each cost a pass over the row, and learn early when a full sort is cheaper.
+    pub fn extend_to(&mut self, row: &[f32], ov: &Overlay, lo: f32, cap: usize) -> bool {
+        if lo.is_nan() || lo >= self.thr || self.sorted.len() >= self.n {
+            return self.sorted.len() <= cap;
+        }
+        let budget = cap.saturating_sub(self.sorted.len());
+        if !self.collect_band(row, ov, lo, budget) {
+            self.scratch.clear();
+            return false;
+        }
+        self.append_scratch(lo);
+        true
+    }
+
+    /// Fill `scratch` with every entry with `lo <= v < thr` (`e` not yet computed); `false` (and
+    /// an incomplete `scratch`) as soon as more than `budget` are found.
+    fn collect_band(&mut self, row: &[f32], ov: &Overlay, lo: f32, budget: usize) -> bool {
+        self.scratch.clear();
+        let old = self.thr;
         let mut map = RawMap::of(ov);
         let (raw_lo, raw_old) = match (map.raw_ge(lo), map.raw_ge(old)) {
             (Some(a), Some(b)) => (a, b),
@@ -1437,7 +1476,11 @@ impl SortedSoftmax {
         };
         let mut vbuf = [0.0f32; CHUNK];
         let out = &mut self.scratch;
+        let mut over = false;
         for_blocks(row, ov, |start, block, edited| {
+            if over {
+                return;
+            }
             let (vals, l, h, exact) = if map != RawMap::General && !edited {
                 (block, raw_lo, raw_old, false)
             } else {
@@ -1456,7 +1499,6 @@ impl SortedSoftmax {
                 for (j, &x) in vals.iter().enumerate() {
                     if x >= l && x < h {
                         let v = if exact { x } else { map.map(x) };
-                        // e is filled in after the selection below
                         out.push(Cand {
                             v,
                             e: 0.0,
@@ -1464,26 +1506,54 @@ impl SortedSoftmax {
                         });
                     }
                 }
+                over = out.len() > budget;
             }
         });
-        let limit = (2 * want.saturating_sub(self.sorted.len()))
-            .max(self.sorted.len())
-            .max(256);
-        if self.scratch.len() > limit {
-            // keep the `limit` largest and every entry tied with the smallest of them
-            self.scratch
-                .select_nth_unstable_by(limit - 1, |a, b| b.v.total_cmp(&a.v));
-            let w = self.scratch[limit - 1].v;
-            self.scratch.retain(|c| c.v >= w);
-            thr = w;
-        }
+        !over
+    }
+
+    /// Give `scratch` its `e`, sort it and append it to the prefix, which now reaches down to `thr`.
+    ///
+    /// A large band (mirostat keeping most of the vocabulary) is first distributed into
+    /// llama.cpp's 128 buckets and each bucket sorted on its own: 128 small sorts cost less than
+    /// one big one, which is what lets this path stay cheaper than the full bucket sort even when
+    /// the whole row ends up here. (`bucket_of` is monotone below `BUCKET_SAFE_MAX`, which `run`
+    /// checked, so the buckets in descending order are the descending order.)
+    fn append_scratch(&mut self, thr: f32) {
+        use crate::sort::{bucket_of, N_BUCKETS};
+        let max = self.max;
         for c in self.scratch.iter_mut() {
             c.e = (c.v - max).exp();
         }
-        self.scratch.sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
-        self.sorted.extend_from_slice(&self.scratch);
+        let desc = |a: &Cand, b: &Cand| b.v.total_cmp(&a.v);
+        if self.scratch.len() < BUCKETED_APPEND_MIN {
+            self.scratch.sort_unstable_by(desc);
+            self.sorted.extend_from_slice(&self.scratch);
+        } else {
+            let mut histo = [0usize; N_BUCKETS];
+            for c in &self.scratch {
+                histo[bucket_of(c.v)] += 1;
+            }
+            let base = self.sorted.len();
+            let mut cursor = [0usize; N_BUCKETS];
+            let mut off = base;
+            for b in (0..N_BUCKETS).rev() {
+                cursor[b] = off;
+                off += histo[b];
+            }
+            self.sorted.resize(off, Cand::default());
+            for c in &self.scratch {
+                let b = bucket_of(c.v);
+                self.sorted[cursor[b]] = *c;
+                cursor[b] += 1;
+            }
+            let mut start = base;
+            for b in (0..N_BUCKETS).rev() {
+                self.sorted[start..start + histo[b]].sort_unstable_by(desc);
+                start += histo[b];
+            }
+        }
         self.thr = thr;
-        true
     }
 
     /// Make sure the sorted prefix holds at least `k` entries; `false` if that needs more than
@@ -1497,11 +1567,12 @@ impl SortedSoftmax {
         true
     }
 
-    /// Put the first `k` entries of the sorted prefix in llama.cpp's exact order (the 128-bucket
-    /// sort: buckets descending, each bucket's entries in row order sorted by libstdc++'s
-    /// introsort). Nothing to do when the values at positions `0..=k` are distinct; otherwise the
-    /// buckets holding positions `0..k` are replayed. `false` when that cannot be done exactly here
-    /// (the lowest non-empty bucket, which llama.cpp heap-sorts, would be involved).
+    /// Put the first `k` entries of the sorted prefix in the exact order of llama.cpp's full sort
+    /// (the 128-bucket sort: buckets descending, each bucket's entries in row order sorted by
+    /// libstdc++'s introsort, the lowest non-empty bucket by its heap sort). Nothing to do when the
+    /// values at positions `0..=k` are distinct; otherwise every bucket holding a tie, down to the
+    /// lowest tie among those positions, is replayed. `false` only if the prefix cannot be
+    /// extended far enough.
     pub fn fix_order(&mut self, row: &[f32], ov: &Overlay, k: usize) -> bool {
         use crate::sort::bucket_of;
         if k == 0 {
@@ -1512,49 +1583,60 @@ impl SortedSoftmax {
             return false;
         }
         let end = (k + 1).min(self.sorted.len());
-        if self.sorted[..end].windows(2).all(|w| w[0].v > w[1].v) {
+        // the lowest bucket holding a tie among positions 0..=k: buckets below it hold distinct
+        // values there, already in llama.cpp's order
+        let Some(t) = (1..end)
+            .rev()
+            .find(|&t| self.sorted[t].v == self.sorted[t - 1].v)
+        else {
             return true;
-        }
-        let b = bucket_of(self.sorted[k - 1].v);
+        };
+        let b = bucket_of(self.sorted[t].v);
         // the replay needs every entry of buckets >= b; entries outside the prefix are below
-        // thr, so in buckets <= bucket_of(thr)
+        // thr, so in buckets <= bucket_of(thr). One pass to just below the bucket's lower edge
+        // (`6.4 v + 64 >= b`) usually suffices; the loop settles the edge exactly.
+        if b > 0 {
+            let edge = (b as f32 - 64.0) / 6.4 - 0.01;
+            self.extend_to(row, ov, edge, self.n);
+        }
         while self.sorted.len() < self.n && bucket_of(self.thr) >= b {
             if !self.extend(row, ov, 0) {
                 return false;
             }
         }
-        // and bucket b must not be the lowest non-empty one
-        let lowest_seen = if self.sorted.len() < self.n {
-            bucket_of(self.thr)
+        // llama.cpp's full sort heap-sorts the lowest non-empty bucket (`std::partial_sort` of
+        // all of it) instead of the introsort; it is known only once the whole row is here
+        let lowest = if self.sorted.len() == self.n {
+            self.sorted.last().map_or(0, |c| bucket_of(c.v))
         } else {
-            self.sorted
-                .iter()
-                .map(|c| bucket_of(c.v))
-                .min()
-                .unwrap_or(0)
+            usize::MAX
         };
-        if lowest_seen >= b {
-            return false;
-        }
-        self.scratch.clear();
-        self.scratch
-            .extend(self.sorted.iter().filter(|c| bucket_of(c.v) >= b));
-        self.scratch
-            .sort_unstable_by_key(|c| (std::cmp::Reverse(bucket_of(c.v)), c.id));
+        // Buckets are contiguous ranges of the prefix (bucket_of is monotone below
+        // BUCKET_SAFE_MAX). A bucket of distinct values is already in the introsort's order
+        // (strictly descending); only a bucket holding a tie is replayed: its entries in row order,
+        // then libstdc++'s introsort.
+        let len = self.sorted.partition_point(|c| bucket_of(c.v) >= b);
         let mut i = 0;
-        while i < self.scratch.len() {
-            let bk = bucket_of(self.scratch[i].v);
-            let mut j = i;
-            while j < self.scratch.len() && bucket_of(self.scratch[j].v) == bk {
+        while i < len {
+            let bk = bucket_of(self.sorted[i].v);
+            let mut j = i + 1;
+            let mut tie = false;
+            while j < len && bucket_of(self.sorted[j].v) == bk {
+                tie |= self.sorted[j].v == self.sorted[j - 1].v;
                 j += 1;
             }
-            crate::sort::sort_by(&mut self.scratch[i..j], |a, b| a.v > b.v);
+            if tie {
+                let bucket = &mut self.sorted[i..j];
+                bucket.sort_unstable_by_key(|c| c.id);
+                if bk == lowest {
+                    let all = bucket.len();
+                    crate::sort::partial_sort_by(bucket, all, |a, b| a.v > b.v);
+                } else {
+                    crate::sort::sort_by(bucket, |a, b| a.v > b.v);
+                }
+            }
             i = j;
         }
-        // entries of buckets >= b are exactly the largest values, i.e. this prefix of `sorted`:
-        // writing all of them keeps `sorted` a permutation of itself
-        let len = self.scratch.len();
-        self.sorted[..len].copy_from_slice(&self.scratch);
         true
     }
 }

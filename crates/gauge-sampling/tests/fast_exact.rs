@@ -138,6 +138,80 @@ fn mirostat_v2_fast_path_with_bans_and_biases_matches() {
     }
 }
 
+/// Rows like a confident model's: a tail far below the top (mostly under llama.cpp's lowest bucket
+/// edge, `v < -10`, and tied when `quantum > 0`), a few hundred mid values and a handful of clear
+/// winners. Mirostat's `mu` climbs on them until the cut reaches into the tail.
+fn peaked_rows(n_vocab: usize, n_rows: usize, seed: u64, quantum: f64) -> Vec<Vec<f32>> {
+    let mut g = SplitMix64(seed);
+    (0..n_rows)
+        .map(|_| {
+            (0..n_vocab)
+                .map(|i| {
+                    let x = if i % 7919 == 3 {
+                        9.0 + g.next_normal()
+                    } else if i % 97 == 5 {
+                        g.next_normal() * 3.0
+                    } else {
+                        -14.0 + g.next_normal() * 2.0
+                    };
+                    if quantum > 0.0 {
+                        ((x / quantum).round() * quantum) as f32
+                    } else {
+                        x as f32
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The regression of docs/bench.md: on peaked rows `mu` grows until the cut keeps most or all of
+/// the vocabulary. On the way the cut passes through the tied tail in the lowest non-empty bucket
+/// (which llama.cpp's full sort heap-sorts instead of introsorting), then the fast path hands over
+/// to the full sort; every step must match the fill path.
+#[test]
+fn mirostat_v2_on_peaked_rows_matches_the_full_sort_as_the_cut_deepens() {
+    for (n_vocab, quantum) in [
+        (4000usize, 0.25f64),
+        (4000, 0.0),
+        (20_000, 0.125),
+        (20_000, 0.0),
+    ] {
+        let rows = peaked_rows(n_vocab, 3, 11 + n_vocab as u64, quantum);
+        let json = serde_json::json!({"seed": 3, "mirostat": 2, "mirostat_tau": 5.0,
+            "mirostat_eta": 0.1, "temperature": 0.8});
+        let chain = chain_for(&json, n_vocab);
+        let mut fast = chain.clone().with_fast_path(true);
+        let name = format!("mirostat-v2 peaked n={n_vocab} q={quantum}");
+        assert_same_run(&name, &chain, &rows, &[], 200, true);
+        // the run must have reached the whole vocabulary (else it did not test the hand-over)
+        for step in 0..200 {
+            fast.sample(&rows[step % rows.len()]).unwrap();
+        }
+        assert_eq!(
+            fast.last_candidates().len(),
+            n_vocab,
+            "{name}: cut never reached the tail"
+        );
+    }
+}
+
+/// A `mu` beyond every row's surprise keeps the whole vocabulary from the first step: the fast
+/// path declines (and then skips the scan for a few steps) on every row shape.
+#[test]
+fn mirostat_v2_keeping_the_whole_vocabulary_matches_the_full_sort() {
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        for n_vocab in [1000usize, 20_000] {
+            let json = serde_json::json!({"seed": 9 + si, "mirostat": 2, "mirostat_tau": 60.0,
+                "mirostat_eta": 0.3, "temperature": 0.8});
+            let rows = rows(n_vocab, 3, 70 + si as u64, shape);
+            let chain = chain_for(&json, n_vocab);
+            let name = format!("mirostat-v2 wide n={n_vocab} shape={shape:?}");
+            assert_same_run(&name, &chain, &rows, &[], 24, true);
+        }
+    }
+}
+
 /// top-n-sigma as a lazy mask: the chain's bound decides top-k's result when the k-th value is
 /// clearly above the band, and the exact cut is computed otherwise (few survivors, a k-th value
 /// near the cut, heavy ties); every case must match the fill path.
