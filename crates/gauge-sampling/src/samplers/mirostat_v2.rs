@@ -14,6 +14,13 @@
 //! reads the row directly: [`SortedSoftmax`] gives the exact f32 sum and the sorted top without
 //! sorting the vocabulary, which is all the cut, the renormalisation and the draw read. The array
 //! left behind is exactly the slow path's: the kept prefix with its renormalised `p`.
+//!
+//! The prefix only pays while it is short. On a confident model's rows the drawn tokens' surprise
+//! stays below `tau`, `mu` climbs, and after a few hundred steps the cut keeps the whole
+//! vocabulary; then the prefix costs as much as the full sort or more. So the stage estimates the
+//! cut from `max`, the sum and `mu`, extends the prefix to it in one pass, and declines (the chain
+//! fills and sorts once, as llama.cpp does) past `FULL_SORT_FRACTION` of the vocabulary; while
+//! `mu` keeps growing after such a decline it skips the scan for a few steps.
 
 use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::ops::softmax_impl;
