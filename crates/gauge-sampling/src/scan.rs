@@ -1556,6 +1556,25 @@ impl SortedSoftmax {
         self.thr = thr;
     }
 
+    /// `softmax_impl` over the first `k` entries of the (ordered, see `fix_order`) prefix, written
+    /// to `cur` as a sorted array: truncating a sorted softmax keeps the max and every `e`, so
+    /// only the f32 sum is new, accumulated in the same order as the slow path's.
+    pub fn write_softmax_of_prefix(&self, k: usize, cur: &mut crate::candidates::Candidates) {
+        let top = &self.sorted[..k.min(self.sorted.len())];
+        let mut cum = 0.0f32;
+        for c in top {
+            cum += c.e;
+        }
+        cur.set_data(
+            top.iter().map(|c| crate::candidates::TokenData {
+                id: c.id as crate::candidates::TokenId,
+                logit: c.v,
+                p: c.e / cum,
+            }),
+            true,
+        );
+    }
+
     /// Make sure the sorted prefix holds at least `k` entries; `false` if that needs more than
     /// the row has.
     pub fn ensure_len(&mut self, row: &[f32], ov: &Overlay, k: usize) -> bool {

@@ -4,9 +4,11 @@
 //! Rows come in several shapes: wide and narrow normals, heavy ties (quantised logits), flat rows,
 //! rows with bans and biases, so that every decline path and the tie replays run too.
 
-use gauge_sampling::params::SamplingParams;
+mod common;
+
+use common::{bits, chain_for};
 use gauge_sampling::synth::SplitMix64;
-use gauge_sampling::{Chain, TokenData};
+use gauge_sampling::Chain;
 
 /// Row shapes: `(sigma, quantum)`; a quantum > 0 rounds logits to multiples of it (ties).
 const SHAPES: [(f64, f64); 7] = [
@@ -20,33 +22,7 @@ const SHAPES: [(f64, f64); 7] = [
 ];
 
 fn rows(n_vocab: usize, n_rows: usize, seed: u64, shape: (f64, f64)) -> Vec<Vec<f32>> {
-    let mut g = SplitMix64(seed);
-    let (sigma, q) = shape;
-    (0..n_rows)
-        .map(|_| {
-            (0..n_vocab)
-                .map(|_| {
-                    let x = g.next_normal() * sigma;
-                    if q > 0.0 {
-                        ((x / q).round() * q) as f32
-                    } else {
-                        x as f32
-                    }
-                })
-                .collect()
-        })
-        .collect()
-}
-
-fn chain_for(json: &serde_json::Value, n_vocab: usize) -> Chain {
-    let params: SamplingParams = serde_json::from_value(json.clone()).unwrap();
-    Chain::from_params(&params, n_vocab, None).unwrap()
-}
-
-fn bits(c: &[TokenData]) -> Vec<(i32, u32, u32)> {
-    c.iter()
-        .map(|t| (t.id, t.logit.to_bits(), t.p.to_bits()))
-        .collect()
+    common::shaped_rows(n_vocab, n_rows, seed, shape.0, shape.1)
 }
 
 /// Run both paths for `steps` steps (each accepting its own token) and compare everything.

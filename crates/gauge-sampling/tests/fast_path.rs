@@ -2,35 +2,14 @@
 //! tokens llama.cpp's fill-then-apply path chooses, and leave the same candidate array whenever
 //! it keeps one. Rows are drawn with and without heavy ties so the decline paths run too.
 
-use gauge_sampling::params::SamplingParams;
-use gauge_sampling::synth::{bench_history, bench_scenarios, SplitMix64};
-use gauge_sampling::{Chain, TokenData};
+mod common;
+
+use common::{bits, chain_for};
+use gauge_sampling::synth::{bench_history, bench_scenarios};
+use gauge_sampling::Chain;
 
 fn rows(n_vocab: usize, n_rows: usize, seed: u64, ties: bool) -> Vec<Vec<f32>> {
-    let mut g = SplitMix64(seed);
-    (0..n_rows)
-        .map(|_| {
-            (0..n_vocab)
-                .map(|_| {
-                    let x = g.next_normal() * 3.0;
-                    if ties {
-                        ((x * 2.0).round() / 2.0) as f32
-                    } else {
-                        x as f32
-                    }
-                })
-                .collect()
-        })
-        .collect()
-}
-
-fn chain_for(json: &serde_json::Value, n_vocab: usize) -> Chain {
-    let params: SamplingParams = serde_json::from_value(json.clone()).unwrap();
-    Chain::from_params(&params, n_vocab, None).unwrap()
-}
-
-fn bits(c: &[TokenData]) -> Vec<(i32, u32, u32)> {
-    c.iter().map(|t| (t.id, t.logit.to_bits(), t.p.to_bits())).collect()
+    common::shaped_rows(n_vocab, n_rows, seed, 3.0, if ties { 0.5 } else { 0.0 })
 }
 
 fn assert_same_run(name: &str, mut fast: Chain, mut slow: Chain, rows: &[Vec<f32>], history: &[i32], steps: usize) {

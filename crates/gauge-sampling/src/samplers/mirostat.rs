@@ -24,7 +24,7 @@
 //! distribution) makes the prefix long, and past a quarter of the row the stage falls back to the
 //! filled array.
 
-use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::candidates::Candidates;
 use crate::ops::{softmax_impl, top_k_impl};
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
@@ -175,20 +175,7 @@ impl Sampler for Mirostat {
         if keep > n / 4 || !self.soft.fix_order(row, ov, keep) {
             return FromRow::Declined;
         }
-        // second softmax_impl over the kept, still sorted prefix: same max, same e, new f32 sum
-        let top = &self.soft.sorted()[..keep];
-        let mut cum = 0.0f32;
-        for c in top {
-            cum += c.e;
-        }
-        cur.set_data(
-            top.iter().map(|c| TokenData {
-                id: c.id as TokenId,
-                logit: c.v,
-                p: c.e / cum,
-            }),
-            true,
-        );
+        self.soft.write_softmax_of_prefix(keep, cur);
         self.draw(cur);
         FromRow::Done
     }

@@ -22,7 +22,7 @@
 //! fills and sorts once, as llama.cpp does) past `FULL_SORT_FRACTION` of the vocabulary; while
 //! `mu` keeps growing after such a decline it skips the scan for a few steps.
 
-use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::candidates::Candidates;
 use crate::ops::softmax_impl;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
@@ -187,20 +187,7 @@ impl Sampler for MirostatV2 {
         if !self.soft.fix_order(row, ov, keep) {
             return FromRow::Declined;
         }
-        // second softmax_impl over the kept, still sorted prefix: same max, same e, new f32 sum
-        let top = &self.soft.sorted()[..keep];
-        let mut cum = 0.0f32;
-        for c in top {
-            cum += c.e;
-        }
-        cur.set_data(
-            top.iter().map(|c| TokenData {
-                id: c.id as TokenId,
-                logit: c.v,
-                p: c.e / cum,
-            }),
-            true,
-        );
+        self.soft.write_softmax_of_prefix(keep, cur);
         self.draw(cur);
         FromRow::Done
     }

@@ -1,4 +1,6 @@
-//! Shared loaders for the reference data in `data/` (see `data/PROVENANCE.md`).
+//! Shared loaders for the reference data in `data/` (see `data/PROVENANCE.md`), and the row
+//! generators and chain helpers of the fast-path tests (which compare gauge with itself, fast path
+//! against fill path, so they need rows of chosen shapes rather than reference data).
 #![allow(dead_code)]
 
 use gauge_sampling::{Candidates, TokenData};
@@ -90,4 +92,44 @@ pub fn assert_matches(rec: &Value, cur: &Candidates) {
             rec["call"]
         );
     }
+}
+
+/// `n_rows` rows of `n_vocab` N(0, sigma²) logits (splitmix64 `seed`); a `quantum > 0` rounds them
+/// to its multiples, which makes ties common.
+pub fn shaped_rows(
+    n_vocab: usize,
+    n_rows: usize,
+    seed: u64,
+    sigma: f64,
+    quantum: f64,
+) -> Vec<Vec<f32>> {
+    let mut g = gauge_sampling::synth::SplitMix64(seed);
+    (0..n_rows)
+        .map(|_| {
+            (0..n_vocab)
+                .map(|_| {
+                    let x = g.next_normal() * sigma;
+                    if quantum > 0.0 {
+                        ((x / quantum).round() * quantum) as f32
+                    } else {
+                        x as f32
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The chain a llama-server style request builds (`params` as JSON).
+pub fn chain_for(json: &Value, n_vocab: usize) -> gauge_sampling::Chain {
+    let params: gauge_sampling::params::SamplingParams =
+        serde_json::from_value(json.clone()).unwrap();
+    gauge_sampling::Chain::from_params(&params, n_vocab, None).unwrap()
+}
+
+/// A candidate array as exact bits: `(id, logit bits, p bits)`.
+pub fn bits(c: &[TokenData]) -> Vec<(i32, u32, u32)> {
+    c.iter()
+        .map(|t| (t.id, t.logit.to_bits(), t.p.to_bits()))
+        .collect()
 }
