@@ -45,15 +45,24 @@ impl Candidates {
     /// Build from explicit entries (tests, replays of llama.cpp's own arrays).
     pub fn from_data(data: Vec<TokenData>, sorted: bool) -> Self {
         let end = data.len();
-        Self { buf: data, start: 0, end, sorted, selected: None }
+        Self {
+            buf: data,
+            start: 0,
+            end,
+            sorted,
+            selected: None,
+        }
     }
 
     /// Refill in place from a logit row, reusing the buffer.
     pub fn fill(&mut self, logits: &[f32]) {
         self.buf.clear();
-        self.buf.extend(
-            logits.iter().enumerate().map(|(i, &logit)| TokenData { id: i as TokenId, logit, p: 0.0 }),
-        );
+        self.buf
+            .extend(logits.iter().enumerate().map(|(i, &logit)| TokenData {
+                id: i as TokenId,
+                logit,
+                p: 0.0,
+            }));
         self.start = 0;
         self.end = self.buf.len();
         self.sorted = false;
@@ -110,7 +119,9 @@ impl Candidates {
 
     /// The token id of the selected entry, if a terminal sampler chose one.
     pub fn selected_token(&self) -> Option<TokenId> {
-        self.selected.and_then(|i| self.as_slice().get(i)).map(|t| t.id)
+        self.selected
+            .and_then(|i| self.as_slice().get(i))
+            .map(|t| t.id)
     }
 
     /// Ids of the live entries in array order.

@@ -19,7 +19,9 @@
 use crate::candidates::{Candidates, TokenId};
 use crate::error::{Result, SamplingError};
 use crate::order::SamplerType;
+use crate::overlay::Overlay;
 use crate::params::{LogitBias, SamplingParams, TokenRef, DEFAULT_DRY_BREAKERS};
+use crate::sampler::FromRow;
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::dry::{self, DryConfig};
 use crate::samplers::penalties::{self, PenaltiesConfig, PenaltyMode, Window};
@@ -27,8 +29,6 @@ use crate::samplers::{
     adaptive_p, dist, greedy, logit_bias, min_p, mirostat, mirostat_v2, temp, temp_ext, top_k,
     top_n_sigma, top_p, typical, xtc,
 };
-use crate::overlay::Overlay;
-use crate::sampler::FromRow;
 use crate::vocab::Vocab;
 
 /// An ordered list of stages applied to one candidate array, ending in a terminal sampler.
@@ -115,7 +115,11 @@ impl Chain {
             any_finite |= f;
         }
         if bad {
-            let (i, &x) = logits.iter().enumerate().find(|(_, x)| x.is_nan() || **x == f32::INFINITY).expect("a bad value was seen");
+            let (i, &x) = logits
+                .iter()
+                .enumerate()
+                .find(|(_, x)| x.is_nan() || **x == f32::INFINITY)
+                .expect("a bad value was seen");
             return Err(SamplingError::NonFiniteLogit { index: i, value: x });
         }
         if !any_finite {

@@ -7,7 +7,11 @@ use thiserror::Error;
 pub enum SamplingError {
     /// A parameter is outside the range it is allowed to take.
     #[error("invalid value for `{field}`: {value} (allowed: {allowed})")]
-    Param { field: String, value: String, allowed: String },
+    Param {
+        field: String,
+        value: String,
+        allowed: String,
+    },
     /// A logit is NaN or +inf (-inf is a legitimate ban).
     #[error("logit at token {index} is {value}: logits must be finite or -inf")]
     NonFiniteLogit { index: usize, value: f32 },
@@ -22,7 +26,11 @@ pub enum SamplingError {
     RowLength { expected: usize, got: usize },
     /// A token id is not in `0..n_vocab`.
     #[error("token id {token} in `{field}` is out of range (n_vocab = {n_vocab})")]
-    TokenOutOfRange { field: String, token: i64, n_vocab: usize },
+    TokenOutOfRange {
+        field: String,
+        token: i64,
+        n_vocab: usize,
+    },
     /// A sampler name in `samplers` / `--samplers` is not known.
     #[error("unknown sampler name `{0}` (known: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature, adaptive_p, infill and their aliases)")]
     UnknownSampler(String),
@@ -30,7 +38,9 @@ pub enum SamplingError {
     #[error("unknown sampler letter `{0}` (known: e d s k y p m x t i a)")]
     UnknownSamplerLetter(char),
     /// A string needed a vocabulary (logit_bias key, string DRY breaker, exemption) and none was given.
-    #[error("`{field}` uses the string {value:?}, which needs a vocabulary; pass token ids instead")]
+    #[error(
+        "`{field}` uses the string {value:?}, which needs a vocabulary; pass token ids instead"
+    )]
     NeedsVocab { field: String, value: String },
     /// Malformed JSON for a request or config.
     #[error("malformed JSON: {0}")]
@@ -43,7 +53,11 @@ pub enum SamplingError {
 impl SamplingError {
     /// Shorthand for a parameter error.
     pub fn param(field: &str, value: impl std::fmt::Display, allowed: &str) -> Self {
-        SamplingError::Param { field: field.to_string(), value: value.to_string(), allowed: allowed.to_string() }
+        SamplingError::Param {
+            field: field.to_string(),
+            value: value.to_string(),
+            allowed: allowed.to_string(),
+        }
     }
 }
 

@@ -256,7 +256,11 @@ fn heap_select<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], middle: usize, le
     }
 }
 
-pub(crate) fn sort_heap<T: Copy, F: FnMut(&T, &T) -> bool>(v: &mut [T], mut last: usize, less: &mut F) {
+pub(crate) fn sort_heap<T: Copy, F: FnMut(&T, &T) -> bool>(
+    v: &mut [T],
+    mut last: usize,
+    less: &mut F,
+) {
     while last > 1 {
         last -= 1;
         pop_heap(v, last, last, less);

@@ -35,15 +35,25 @@ impl SplitMix64 {
 /// `n_rows` rows of `n_vocab` logits, each N(0, sigma²), from splitmix64(`seed`).
 pub fn normal_rows(n_vocab: usize, n_rows: usize, sigma: f64, seed: u64) -> Vec<Vec<f32>> {
     let mut g = SplitMix64(seed);
-    (0..n_rows).map(|_| (0..n_vocab).map(|_| (g.next_normal() * sigma) as f32).collect()).collect()
+    (0..n_rows)
+        .map(|_| {
+            (0..n_vocab)
+                .map(|_| (g.next_normal() * sigma) as f32)
+                .collect()
+        })
+        .collect()
 }
 
 /// A 64-token history (ids spread over the vocabulary, with repeats) fed through `accept` before
 /// timing, so penalties and DRY have work to do.
 pub fn bench_history(n_vocab: usize) -> Vec<i32> {
     let mut g = SplitMix64(7);
-    let pool: Vec<i32> = (0..24).map(|_| (g.next_u64() % n_vocab as u64) as i32).collect();
-    (0..64).map(|_| pool[(g.next_u64() % pool.len() as u64) as usize]).collect()
+    let pool: Vec<i32> = (0..24)
+        .map(|_| (g.next_u64() % n_vocab as u64) as i32)
+        .collect();
+    (0..64)
+        .map(|_| pool[(g.next_u64() % pool.len() as u64) as usize])
+        .collect()
 }
 
 /// The benchmark chains as request JSON (llama-server field names), named as in the README table.
@@ -68,7 +78,10 @@ pub fn bench_scenarios() -> Vec<(&'static str, serde_json::Value)> {
                    "top_n_sigma": 2.0, "top_k": 40, "typical_p": 0.95, "top_p": 0.95, "min_p": 0.05,
                    "xtc_probability": 1.0, "xtc_threshold": 0.1, "temperature": 0.8, "dynatemp_range": 0.5, "dynatemp_exponent": 1.0}),
         ),
-        ("mirostat-v2", json!({"seed": 42, "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "temperature": 0.8})),
+        (
+            "mirostat-v2",
+            json!({"seed": 42, "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "temperature": 0.8}),
+        ),
     ]
 }
 

@@ -12,7 +12,14 @@ fn rows(n_vocab: usize, n_rows: usize, seed: u64, ties: bool) -> Vec<Vec<f32>> {
     common::shaped_rows(n_vocab, n_rows, seed, 3.0, if ties { 0.5 } else { 0.0 })
 }
 
-fn assert_same_run(name: &str, mut fast: Chain, mut slow: Chain, rows: &[Vec<f32>], history: &[i32], steps: usize) {
+fn assert_same_run(
+    name: &str,
+    mut fast: Chain,
+    mut slow: Chain,
+    rows: &[Vec<f32>],
+    history: &[i32],
+    steps: usize,
+) {
     for &t in history {
         fast.accept_prompt(t);
         slow.accept_prompt(t);
@@ -21,7 +28,10 @@ fn assert_same_run(name: &str, mut fast: Chain, mut slow: Chain, rows: &[Vec<f32
         let row = &rows[step % rows.len()];
         let a = fast.sample(row).unwrap();
         let b = slow.sample(row).unwrap();
-        assert_eq!(a, b, "{name}: step {step}: fast path chose {a}, fill path chose {b}");
+        assert_eq!(
+            a, b,
+            "{name}: step {step}: fast path chose {a}, fill path chose {b}"
+        );
         if !name.starts_with("greedy") {
             assert_eq!(
                 bits(fast.last_candidates().as_slice()),
@@ -40,13 +50,22 @@ fn fast_path_matches_fill_path_on_every_bench_chain() {
             let history = bench_history(n_vocab);
             for (name, json) in bench_scenarios() {
                 let (fast, slow) = if name == "greedy" {
-                    let g = gauge_sampling::chain::ChainBuilder::greedy(n_vocab).build().unwrap();
+                    let g = gauge_sampling::chain::ChainBuilder::greedy(n_vocab)
+                        .build()
+                        .unwrap();
                     (g.clone(), g.with_fast_path(false))
                 } else {
                     let c = chain_for(&json, n_vocab);
                     (c.clone(), c.with_fast_path(false))
                 };
-                assert_same_run(&format!("{name}/{n_vocab}/ties={ties}"), fast, slow, &rows, &history, 24);
+                assert_same_run(
+                    &format!("{name}/{n_vocab}/ties={ties}"),
+                    fast,
+                    slow,
+                    &rows,
+                    &history,
+                    24,
+                );
             }
         }
     }
@@ -66,11 +85,25 @@ fn fast_path_matches_fill_path_with_bans_and_biases() {
     let json = serde_json::json!({"seed": 3, "top_k": 5, "repeat_penalty": 1.5, "repeat_last_n": -1,
         "frequency_penalty": 0.5, "logit_bias": [[1, 3.0], [2, false], [1, 1.0]], "temperature": 0.0});
     let c = chain_for(&json, n_vocab);
-    assert_same_run("bans+biases", c.clone(), c.with_fast_path(false), &rows, &[1, 2, 3, 1], 40);
+    assert_same_run(
+        "bans+biases",
+        c.clone(),
+        c.with_fast_path(false),
+        &rows,
+        &[1, 2, 3, 1],
+        40,
+    );
     // top_k larger than 128 exercises the bucket-sort equivalence
     let json = serde_json::json!({"seed": 5, "top_k": 300, "temperature": 1.3});
     let c = chain_for(&json, n_vocab);
-    assert_same_run("top_k 300", c.clone(), c.with_fast_path(false), &rows, &[], 40);
+    assert_same_run(
+        "top_k 300",
+        c.clone(),
+        c.with_fast_path(false),
+        &rows,
+        &[],
+        40,
+    );
 }
 
 #[test]
@@ -79,7 +112,9 @@ fn bad_rows_are_errors_on_both_paths() {
     let n = 300;
     for (name, json) in bench_scenarios() {
         let base = if name == "greedy" {
-            gauge_sampling::chain::ChainBuilder::greedy(n).build().unwrap()
+            gauge_sampling::chain::ChainBuilder::greedy(n)
+                .build()
+                .unwrap()
         } else {
             chain_for(&json, n)
         };
@@ -89,12 +124,26 @@ fn bad_rows_are_errors_on_both_paths() {
                 let mut row = vec![0.5f32; n];
                 row[pos] = bad;
                 match chain.sample(&row) {
-                    Err(SamplingError::NonFiniteLogit { index, .. }) => assert_eq!(index, pos, "{name}"),
+                    Err(SamplingError::NonFiniteLogit { index, .. }) => {
+                        assert_eq!(index, pos, "{name}")
+                    }
                     other => panic!("{name} fast={fast}: {bad} at {pos} gave {other:?}"),
                 }
             }
-            assert!(matches!(chain.sample(&vec![f32::NEG_INFINITY; n]), Err(SamplingError::NoFiniteLogit)), "{name}");
-            assert!(matches!(chain.sample(&vec![0.0; n - 1]), Err(SamplingError::RowLength { .. })), "{name}");
+            assert!(
+                matches!(
+                    chain.sample(&vec![f32::NEG_INFINITY; n]),
+                    Err(SamplingError::NoFiniteLogit)
+                ),
+                "{name}"
+            );
+            assert!(
+                matches!(
+                    chain.sample(&vec![0.0; n - 1]),
+                    Err(SamplingError::RowLength { .. })
+                ),
+                "{name}"
+            );
         }
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::overlay::Overlay;
-use crate::scan;
 use crate::sampler::{FromRow, Sampler, Shift};
+use crate::scan;
 
 /// Argmax in array order.
 #[derive(Clone, Debug)]
@@ -49,7 +49,14 @@ impl Sampler for Greedy {
             // everything is banned: let the slow path decide (and report an all -inf input row)
             return FromRow::Declined;
         }
-        cur.set_data([TokenData { id: i as TokenId, logit, p: 0.0 }], false);
+        cur.set_data(
+            [TokenData {
+                id: i as TokenId,
+                logit,
+                p: 0.0,
+            }],
+            false,
+        );
         cur.selected = Some(0);
         FromRow::Done
     }

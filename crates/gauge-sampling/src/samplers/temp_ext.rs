@@ -81,7 +81,10 @@ impl Sampler for TempExt {
     /// Plain temperature (`delta <= 0`, `t > 0`) is a pending division on the chain's row fast
     /// path (see `temp`); the dynamic form needs the whole sorted softmax.
     fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
-        self.delta <= 0.0 && self.t > 0.0 && self.t.is_finite() && ov.push_transform(Transform::Div(self.t))
+        self.delta <= 0.0
+            && self.t > 0.0
+            && self.t.is_finite()
+            && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: the entropy and the softmax ignore a common shift, and dividing a shift by the
     /// temperature leaves a shift (all up to f32 rounding).

@@ -10,9 +10,9 @@ use crate::candidates::Candidates;
 use crate::candidates::{TokenData, TokenId};
 use crate::ops::top_k_impl;
 use crate::overlay::Overlay;
-use crate::scan;
 use crate::sampler::{FromRow, Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
+use crate::scan;
 
 /// Keep the `k` most likely candidates.
 #[derive(Clone, Debug)]
@@ -46,7 +46,14 @@ impl Sampler for TopK {
             scan::Scan::Ambiguous => return FromRow::Declined,
             scan::Scan::Invalid => return FromRow::Invalid,
         }
-        cur.set_data(self.buf.iter().map(|&(logit, id)| TokenData { id: id as TokenId, logit, p: 0.0 }), true);
+        cur.set_data(
+            self.buf.iter().map(|&(logit, id)| TokenData {
+                id: id as TokenId,
+                logit,
+                p: 0.0,
+            }),
+            true,
+        );
         FromRow::Done
     }
     /// Invariant: the kept set is the k largest logits, which a common shift does not change. Only
