@@ -46,7 +46,8 @@ pub struct JsonArgs {
     #[arg(long, default_value_t = 64)]
     pub n_seq_max: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
-    /// chain, the note's A2 llama.cpp driver; ctrl and subtractive only).
+    /// chain, the note's A2 llama.cpp driver, for ctrl and subtractive; normalized stays on gauge's
+    /// operator).
     #[arg(long, default_value = "gauge", value_delimiter = ',')]
     pub sampler: Vec<String>,
 }

@@ -59,7 +59,8 @@ pub struct ProbeArgs {
     #[arg(long, default_value_t = 256)]
     pub n_seq_max: u32,
     /// Who decides, comma-separated: gauge (gauge's operators) and/or llama-cpp (llama.cpp's own
-    /// logit-bias → penalties → greedy chain; runs ctrl and subtractive, normalized is gauge-only).
+    /// logit-bias → penalties → greedy chain for ctrl and subtractive; normalized, which llama.cpp
+    /// lacks, stays on gauge's operator).
     #[arg(long, default_value = "gauge", value_delimiter = ',')]
     pub sampler: Vec<String>,
 }
@@ -81,19 +82,14 @@ pub fn parse_stacks(names: &[String]) -> Result<Vec<Stack>> {
     Ok(v)
 }
 
-/// The ops a stack runs: llama.cpp has no normalized penalty, so it is dropped there (with a note).
+/// The ops of a stack's run: the same plan on every stack (llama.cpp's logits depend on what else
+/// is in the batch, so only identical plans give comparable rows); under llama-cpp, normalized
+/// stays on gauge's operator, which is said once here.
 pub fn ops_for(stack: Stack, ops: &[Op]) -> Result<Vec<Op>> {
-    let kept: Vec<Op> = ops.iter().copied().filter(|&o| stack.supports(o)).collect();
-    if kept.len() < ops.len() {
-        eprintln!(
-            "note: {stack} runs {} only (llama.cpp has no normalized penalty)",
-            kept.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
-        );
+    if let Some(note) = stack.footnote(ops) {
+        eprintln!("note ({stack}): normalized{}", note.trim_start_matches('*'));
     }
-    if kept.is_empty() {
-        bail!("--ops: nothing the {stack} stack can run (it runs ctrl and subtractive)");
-    }
-    Ok(kept)
+    Ok(ops.to_vec())
 }
 
 pub fn run(args: &ProbeArgs) -> Result<()> {

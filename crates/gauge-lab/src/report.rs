@@ -79,7 +79,7 @@ pub fn render_table(s: &ProbeSummary) -> String {
         let _ = writeln!(
             o,
             "{:<12} {:>5}  {:>7.4}  [{:.4}, {:.4}]  {:>9}  {:>9}  {:>8.4}",
-            c.op.name(),
+            s.sampler.op_label(c.op),
             c.theta,
             c.flip_rate,
             c.ci95[0],
@@ -88,6 +88,10 @@ pub fn render_table(s: &ProbeSummary) -> String {
             opt_f(c.median_first_divergence, 1),
             c.rep_rate
         );
+    }
+    let ops: Vec<Op> = s.conditions.iter().map(|c| c.op).collect();
+    if let Some(note) = s.sampler.footnote(&ops) {
+        let _ = writeln!(o, "{note}");
     }
     let gate: Vec<&ConditionSummary> = s.conditions.iter().filter(|c| c.theta == 1.0).collect();
     let pass = !gate.is_empty() && gate.iter().all(|c| c.flip_rate == 0.0);
@@ -143,7 +147,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
     if !s.sampler.is_gauge() {
         let _ = writeln!(
             o,
-            "Decisions by llama.cpp's own chain through the bindings (the note's §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first.\n"
+            "Decisions by llama.cpp's own chain through the bindings (the note's §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first. llama.cpp has no normalized penalty: normalized runs stay on gauge's operator, so the plan (and every batch) is the gauge run's.\n"
         );
     }
     let _ = writeln!(

@@ -12,7 +12,15 @@
 //!   fp32 operations as gauge's op, so the two stacks must agree token for token;
 //! * `subtractive` → `penalties(last_n, 1, 0, α)`: llama.cpp's presence penalty is exactly
 //!   `logit − α` on every seen token (θ = 1 switches it off, as in gauge's op);
-//! * `normalized` has no llama.cpp counterpart and is refused (it runs on gauge's stack only).
+//! * `normalized` has no llama.cpp counterpart: its runs stay on gauge's operator (reports mark
+//!   them), so a llama-cpp run has exactly the plan of the gauge run it is compared with.
+//!
+//! Why the plans must match: llama.cpp's logits for one sequence depend (in the last bits) on
+//! what else is in the batch — measured on gemma3-270m, where a llama-cpp run without the
+//! normalized sequences differed from the gauge run at a third of the positions although the two
+//! stacks agree on every decision from identical rows. With identical plans (and
+//! `batch_prefixes`), agreeing decisions keep the decode trees, hence the batches, hence the rows
+//! identical, and the comparison isolates the sampler.
 //!
 //! "No window" (the note's whole history) is a window as long as the context: llama.cpp's ring
 //! buffer then never drops a token, which is what the driver's `last_n = 1024/2048` emulated.
@@ -62,24 +70,29 @@ impl Stack {
         *self == Stack::Gauge
     }
 
-    /// Can this stack run `op`?
-    pub fn supports(self, op: Op) -> bool {
+    /// Does this stack decide `op` itself? (Under llama-cpp, `normalized` stays on gauge's
+    /// operator.)
+    pub fn decides(self, op: Op) -> bool {
         match self {
             Stack::Gauge => true,
             Stack::LlamaCpp => matches!(op, Op::Ctrl | Op::Subtractive),
         }
     }
 
-    /// Refuse operators the stack cannot run, naming the field.
-    pub fn check_ops(self, ops: &[Op]) -> Result<(), LabError> {
-        match ops.iter().find(|&&op| !self.supports(op)) {
-            Some(op) => Err(LabError::config(
-                "ops",
-                op,
-                "ctrl or subtractive with the llama-cpp sampler (llama.cpp has no normalized penalty; run it on the gauge stack)",
-            )),
-            None => Ok(()),
+    /// The op's label in a table of this stack: `normalized*` under llama-cpp (footnoted).
+    pub fn op_label(self, op: Op) -> String {
+        if self.decides(op) {
+            op.name().to_string()
+        } else {
+            format!("{}*", op.name())
         }
+    }
+
+    /// The footnote for [`Stack::op_label`]'s star, if any op of `ops` needs it.
+    pub fn footnote(self, ops: &[Op]) -> Option<&'static str> {
+        ops.iter()
+            .any(|&o| !self.decides(o))
+            .then_some("* gauge's operator: llama.cpp has no normalized penalty")
     }
 }
 
@@ -89,29 +102,24 @@ impl std::fmt::Display for Stack {
     }
 }
 
-/// The llama.cpp driver chain of one run, before any token is accepted. `last_n` is the penalty
-/// window (the context length for "no window").
+/// The llama.cpp driver chain of one run, before any token is accepted (`None` for an op
+/// llama.cpp does not have: gauge's operator decides that run). `last_n` is the penalty window
+/// (the context length for "no window").
 pub(crate) fn llama_chain(
     spec: &RunSpec,
     n_vocab: usize,
     last_n: usize,
-) -> Result<ReferenceChain, LabError> {
+) -> Result<Option<ReferenceChain>, LabError> {
     let off = spec.theta == 1.0;
     let (repeat, present) = match spec.op {
         Op::Ctrl => (spec.theta, 0.0),
         Op::Subtractive => (1.0, if off { 0.0 } else { spec.alpha }),
-        other => {
-            return Err(LabError::config(
-                "ops",
-                other,
-                "ctrl or subtractive with the llama-cpp sampler",
-            ))
-        }
+        _ => return Ok(None),
     };
     let last_n = i32::try_from(last_n).unwrap_or(i32::MAX);
-    Ok(ReferenceChain::shifted_penalties_greedy(
+    Ok(Some(ReferenceChain::shifted_penalties_greedy(
         n_vocab, spec.c, last_n, repeat, 0.0, present,
-    )?)
+    )?))
 }
 
 #[cfg(test)]
@@ -130,16 +138,26 @@ mod tests {
     }
 
     #[test]
-    fn llama_cpp_refuses_the_normalized_operator() {
-        assert!(Stack::LlamaCpp
-            .check_ops(&[Op::Ctrl, Op::Subtractive])
-            .is_ok());
-        match Stack::LlamaCpp.check_ops(&[Op::Ctrl, Op::Normalized]) {
-            Err(LabError::Config { field, value, .. }) => {
-                assert_eq!((field.as_str(), value.as_str()), ("ops", "normalized"))
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(Stack::Gauge.check_ops(&Op::ALL).is_ok());
+    fn normalized_stays_on_gauges_operator_under_llama_cpp() {
+        let spec = |op| RunSpec {
+            role: crate::probe::Role::Flip,
+            op,
+            theta: 1.3,
+            c: 5.0,
+            alpha: 1.0,
+        };
+        assert!(llama_chain(&spec(Op::Normalized), 16, 64)
+            .unwrap()
+            .is_none());
+        let ctrl = llama_chain(&spec(Op::Ctrl), 16, 64).unwrap().unwrap();
+        assert_eq!(
+            ctrl.describe(),
+            "logits -> logit-bias -> penalties -> greedy "
+        );
+        assert_eq!(Stack::LlamaCpp.op_label(Op::Normalized), "normalized*");
+        assert_eq!(Stack::LlamaCpp.op_label(Op::Ctrl), "ctrl");
+        assert!(Stack::LlamaCpp.footnote(&Op::ALL).is_some());
+        assert!(Stack::Gauge.footnote(&Op::ALL).is_none());
+        assert!(Stack::LlamaCpp.footnote(&[Op::Ctrl]).is_none());
     }
 }

@@ -2,6 +2,8 @@
 //! greedy, the note's §8.1 driver) against gauge's operators on the same rows. They implement the
 //! same operators in the same fp32 arithmetic, so every run must agree token for token: on the
 //! deterministic source (llama.cpp's samplers need no model) and on the real default model.
+//! `normalized` has no llama.cpp counterpart and stays on gauge's operator in both runs, so the
+//! plans — and on a real model the batches, which its logits depend on — are identical.
 
 use gauge_engine::{LlamaSource, Model, ModelOptions, Registry, DEFAULT_MODEL};
 use gauge_lab::json::{compare_json_runs, run_json, JsonConfig, TextCodec};
@@ -9,7 +11,7 @@ use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
 use gauge_lab::stack::Stack;
 use gauge_lab::testing::{word_tokenizer, HashSource, HashSourceConfig};
-use gauge_lab::{run_probe_with, LabError, ProbeConfig, ProbeSummary, RunControl};
+use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};
 use gauge_sampling::TokenId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,7 +63,6 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
             prefixes: 6,
             tokens: 24,
             thetas: vec![1.0, 1.1, 1.3],
-            ops: vec![Op::Ctrl, Op::Subtractive],
             window,
             batch_prefixes: 4,
             bootstrap_resamples: 200,
@@ -69,34 +70,21 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
         };
         let root = tmp(&format!("hash-{window:?}"));
         let (g, l, a) = both(&root, &base, &mut hash_probe);
-        // 2 ops × 3 θ × ±c + zero point + zp reference + own-median run, per prefix
-        assert_eq!(a.runs, 6 * (2 * 3 * 2 + 3), "{window:?}");
+        // 3 ops × 3 θ × ±c + zero point + zp reference + own-median run, per prefix
+        assert_eq!(a.runs, 6 * (3 * 3 * 2 + 3), "{window:?}");
         assert_eq!(a.identical_runs, a.runs, "{window:?}: {a:?}");
         assert_eq!(a.differing_positions, 0);
         assert_eq!(g.conditions, l.conditions);
         assert_eq!(l.sampler, Stack::LlamaCpp);
+        let table = gauge_lab::render_table(&l);
+        assert!(table.contains("normalized*") && table.contains("no normalized penalty"));
+        assert!(!gauge_lab::render_table(&g).contains("normalized*"));
         let ctrl13 = g
             .conditions
             .iter()
             .find(|c| c.op == Op::Ctrl && c.theta == 1.3)
             .unwrap();
         assert!(ctrl13.flip_rate > 0.0, "the grid must exercise gauge flips");
-    }
-}
-
-#[test]
-fn llama_cpp_stack_refuses_the_normalized_operator() {
-    let cfg = ProbeConfig {
-        sampler: Stack::LlamaCpp,
-        ..ProbeConfig::default()
-    };
-    let mut src = HashSource::new(HashSourceConfig::default());
-    let mut tok = word_tokenizer(512);
-    match run_probe_with(&mut src, &mut tok, &cfg, &tmp("refuse"), &quiet()) {
-        Err(LabError::Config { field, value, .. }) => {
-            assert_eq!((field.as_str(), value.as_str()), ("ops", "normalized"))
-        }
-        other => panic!("{other:?}"),
     }
 }
 
@@ -129,7 +117,6 @@ fn json_task_agrees_across_stacks_on_the_hash_source() {
         model: "hash-source".into(),
         schemas: 6,
         max_tokens: 40,
-        ops: vec![Op::Ctrl],
         batch_schemas: 3,
         ..JsonConfig::default()
     };
@@ -155,7 +142,8 @@ fn json_task_agrees_across_stacks_on_the_hash_source() {
         },
     )
     .unwrap();
-    assert_eq!((n, same, verdict), (18, 18, 18));
+    // 6 schemas × (ctrl, normalized) × θ ∈ {1, 1.1, 1.3}
+    assert_eq!((n, same, verdict), (36, 36, 36));
     assert_eq!(sums[0].conditions, sums[1].conditions);
 }
 
@@ -169,8 +157,8 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
         .unwrap_or_else(|e| panic!("pulling {DEFAULT_MODEL}: {e}"));
     let opts = ModelOptions {
         n_ctx: 256,
-        // 3 prefixes × 11 runs, all possibly diverged at once
-        n_seq_max: 36,
+        // 3 prefixes × 15 runs, all possibly diverged at once
+        n_seq_max: 48,
         n_batch: 512,
         ..Default::default()
     };
@@ -180,7 +168,6 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
         prefixes: 3,
         tokens: 32,
         thetas: vec![1.0, 1.3],
-        ops: vec![Op::Ctrl, Op::Subtractive],
         shift: 5.0,
         batch_prefixes: 3,
         bootstrap_resamples: 200,
@@ -194,7 +181,7 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
         run_probe_with(&mut src, &mut tok, cfg, root, &quiet()).unwrap()
     };
     let (g, l, a) = both(&root, &base, &mut run);
-    assert_eq!(a.runs, 3 * (2 * 2 * 2 + 3));
+    assert_eq!(a.runs, 3 * (3 * 2 * 2 + 3));
     assert_eq!(
         a.identical_runs, a.runs,
         "first difference (prefix, op, θ, c, position): {:?}",

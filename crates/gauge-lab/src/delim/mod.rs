@@ -1041,12 +1041,10 @@ fn delim_report(cfg: &DelimConfig, s: &DelimSummary, plots: &[String]) -> String
             };
             let _ = write!(o, " {v} |");
         }
-        let f = |x: &f64| {
-            if x.fract() == 0.0 && *x > 10.0 {
-                format!("{x:.0}")
-            } else {
-                format!("{x:.5}")
-            }
+        let f = |x: &f64| match i {
+            0 | 1 => format!("{x:.0}"),
+            6 => format!("{x:.2}"),
+            _ => format!("{x:.5}"),
         };
         let _ = writeln!(o, " {} | {} | {} |", f(a), f(b), f(c));
     }

@@ -68,7 +68,8 @@ pub struct JsonConfig {
     /// Schemas decoded together (the resumption unit).
     pub batch_schemas: usize,
     /// Who decides: gauge's operators (default, left out of the JSON so run ids stay) or
-    /// llama.cpp's `penalties → greedy` chain (the note's A2 llama.cpp driver).
+    /// llama.cpp's `penalties → greedy` chain (the note's A2 llama.cpp driver; normalized stays on
+    /// gauge's operator).
     #[serde(default, skip_serializing_if = "Stack::is_gauge")]
     pub sampler: Stack,
 }
@@ -127,7 +128,6 @@ impl JsonConfig {
                 return Err(LabError::config("ops", op, "distinct operators"));
             }
         }
-        self.sampler.check_ops(&self.ops)?;
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
             return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
         }
@@ -618,7 +618,7 @@ pub fn render_json_table(s: &JsonSummary) -> String {
         let _ = writeln!(
             o,
             "{:<12} {:>5}  {:>7.3}  {:>9}  {:>11}  {:>7} {:>7} {:>7}",
-            c.op.name(),
+            s.sampler.op_label(c.op),
             c.theta,
             c.valid_rate,
             format!("{}/{}", c.n_valid, c.n),
@@ -628,6 +628,10 @@ pub fn render_json_table(s: &JsonSummary) -> String {
             c.parse_error,
             c.schema_invalid
         );
+    }
+    let ops: Vec<Op> = s.conditions.iter().map(|c| c.op).collect();
+    if let Some(note) = s.sampler.footnote(&ops) {
+        let _ = writeln!(o, "{note}");
     }
     let saved = if s.forward_tokens > 0 {
         s.naive_forward_tokens as f64 / s.forward_tokens as f64
@@ -653,7 +657,7 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
     if !s.sampler.is_gauge() {
         let _ = writeln!(
             o,
-            "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first.\n"
+            "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first; normalized runs stay on gauge's operator (llama.cpp has none).\n"
         );
     }
     let _ = writeln!(

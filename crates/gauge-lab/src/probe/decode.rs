@@ -166,8 +166,10 @@ fn decode_inner(
             let last_n = opts.window.unwrap_or(source.n_ctx());
             for spec in job.specs {
                 let mut chain = llama_chain(spec, n_vocab, last_n)?;
-                chain.accept_prompt(job.prompt);
-                st.chains.push(Some(chain));
+                if let Some(c) = chain.as_mut() {
+                    c.accept_prompt(job.prompt);
+                }
+                st.chains.push(chain);
             }
         }
         for runs in partition {
