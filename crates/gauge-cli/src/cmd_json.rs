@@ -122,6 +122,9 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
     );
     let chat = !args.no_chat && model.has_chat_template();
+    for c in &mut cfgs {
+        c.chat_template = chat;
+    }
     let mut src = LlamaSource::new(Arc::clone(&model))?;
     let ctl = RunControl {
         progress: true,

@@ -214,3 +214,45 @@ fn json_resume_after_abort_reproduces_the_summary_byte_for_byte() {
     let n = std::fs::read_to_string(&raw).unwrap().lines().count();
     assert_eq!(n, 7 * 6, "no output lost or counted twice");
 }
+
+/// The ToyCodec with every prompt one token longer: what a chat template or BOS change does.
+struct LongerPrompts;
+
+impl TextCodec for LongerPrompts {
+    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+        let mut v = ToyCodec.tokenize_prompt(text)?;
+        v.insert(0, 1);
+        Ok(v)
+    }
+    fn piece(&self, t: TokenId) -> Vec<u8> {
+        ToyCodec.piece(t)
+    }
+    fn is_eog(&self, t: TokenId) -> bool {
+        ToyCodec.is_eog(t)
+    }
+}
+
+#[test]
+fn results_from_other_prompt_tokens_are_not_resumed() {
+    let cfg = cfg();
+    let root = tmp("other-prompts");
+    run(&root, &cfg, RunControl::default()).0.unwrap();
+    let mut src = HashSource::new(HashSourceConfig::default());
+    let r = run_json(
+        &mut src,
+        &LongerPrompts,
+        &cfg,
+        &root,
+        &RunControl::default(),
+    );
+    assert!(matches!(r, Err(LabError::ConfigMismatch { .. })), "{r:?}");
+    // the chat-template flag is part of the run id, and absent from plain-prompt configurations
+    let chat = JsonConfig {
+        chat_template: true,
+        ..cfg.clone()
+    };
+    assert_ne!(chat.run_id(), cfg.run_id());
+    assert!(!serde_json::to_string(&cfg)
+        .unwrap()
+        .contains("chat_template"));
+}

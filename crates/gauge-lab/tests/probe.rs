@@ -400,3 +400,20 @@ fn source_limits_surface_as_errors_and_free_everything() {
     assert!(matches!(r, Err(LabError::Source(_))), "{r:?}");
     assert_eq!(src.live(), 0);
 }
+
+#[test]
+fn results_from_other_prompt_tokens_are_not_resumed() {
+    let cfg = cfg();
+    let root = tmp("other-prompts");
+    run(&root, &cfg, RunControl::default()).0.unwrap();
+    // the same configuration, prefixes tokenized with a leading BOS-like token
+    let mut src = source();
+    let mut words = word_tokenizer(src.n_vocab());
+    let mut with_bos = move |t: &str| {
+        let mut v = words(t)?;
+        v.insert(0, 1);
+        Ok(v)
+    };
+    let r = run_probe_with(&mut src, &mut with_bos, &cfg, &root, &RunControl::default());
+    assert!(matches!(r, Err(LabError::ConfigMismatch { .. })), "{r:?}");
+}

@@ -62,6 +62,10 @@ pub struct JsonConfig {
     pub alpha: f32,
     /// Most generated tokens per output.
     pub max_tokens: usize,
+    /// The prompt went through the model's chat template (set by the caller, who applies it);
+    /// part of the run id, left out when false so plain-prompt runs keep theirs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chat_template: bool,
     /// `None`: prompt + all generated tokens are seen (the note's HF harness); `Some(n)`:
     /// llama.cpp-style window.
     pub window: Option<usize>,
@@ -83,6 +87,7 @@ impl Default for JsonConfig {
             ops: vec![Op::Ctrl, Op::Normalized],
             alpha: 1.0,
             max_tokens: 512,
+            chat_template: false,
             window: None,
             batch_schemas: 4,
             sampler: Stack::Gauge,
@@ -329,6 +334,17 @@ pub fn run_json(
         Ok(())
     };
     let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
+    // The prompt text is not all in the configuration (tokenizer, template): results decoded from
+    // other prompt tokens must not be resumed.
+    if log
+        .lines
+        .iter()
+        .any(|l| l.prompt_tokens != prompts[l.schema].len())
+    {
+        return Err(LabError::ConfigMismatch {
+            path: dir.join("raw.jsonl"),
+        });
+    }
     let done = log.done_units(0);
     let opts = DecodeOptions {
         tokens: cfg.max_tokens,
@@ -662,9 +678,14 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
     }
     let _ = writeln!(
         o,
-        "Run `{}`: {} JSONSchemaBench schemas, greedy, ≤ {} tokens, stop at end-of-generation or when the output contains \"\\n\\n\" or \"```\"; seen set {}; no gauge shift. The note: Qwen2.5-Coder-7B, 200 schemas, HF `generate` (batches of 8, left padding). Different model: compare shapes, not digits.\n",
+        "Run `{}`: {} JSONSchemaBench schemas{}, greedy, ≤ {} tokens, stop at end-of-generation or when the output contains \"\\n\\n\" or \"```\"; seen set {}; no gauge shift. The note: Qwen2.5-Coder-7B, 200 schemas, HF `generate` (batches of 8, left padding). Different model: compare shapes, not digits.\n",
         cfg.run_id(),
         cfg.schemas,
+        if cfg.chat_template {
+            " (prompt in the model's chat template)"
+        } else {
+            " (plain prompt, as the note)"
+        },
         cfg.max_tokens,
         match cfg.window {
             None => "prompt + all generated".to_string(),
