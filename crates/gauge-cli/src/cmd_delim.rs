@@ -53,6 +53,9 @@ pub struct DelimArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 32)]
     pub n_seq_max: u32,
+    /// llama.cpp decode threads (0 = auto: all cores but one).
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
 }
 
 /// The model as the analysis sees it: prompts with the model's tokenizer defaults (BOS only if
@@ -136,6 +139,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
     let opts = ModelOptions {
         n_ctx,
         n_seq_max: args.n_seq_max,
+        n_threads: args.threads,
         n_batch: 512,
         ..Default::default()
     };

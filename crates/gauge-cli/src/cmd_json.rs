@@ -45,6 +45,9 @@ pub struct JsonArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 64)]
     pub n_seq_max: u32,
+    /// llama.cpp decode threads (0 = auto: all cores but one).
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
     /// chain, the note's A2 llama.cpp driver, for ctrl and subtractive; normalized stays on gauge's
     /// operator).
@@ -115,6 +118,7 @@ pub fn run(args: &JsonArgs) -> Result<()> {
     let opts = ModelOptions {
         n_ctx: 2048,
         n_seq_max: args.n_seq_max,
+        n_threads: args.threads,
         n_batch: 512,
         ..Default::default()
     };

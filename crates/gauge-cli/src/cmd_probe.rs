@@ -58,6 +58,9 @@ pub struct ProbeArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 256)]
     pub n_seq_max: u32,
+    /// llama.cpp decode threads (0 = auto: all cores but one).
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
     /// Who decides, comma-separated: gauge (gauge's operators) and/or llama-cpp (llama.cpp's own
     /// logit-bias → penalties → greedy chain for ctrl and subtractive; normalized, which llama.cpp
     /// lacks, stays on gauge's operator).
@@ -139,6 +142,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let opts = ModelOptions {
         n_ctx,
         n_seq_max: args.n_seq_max,
+        n_threads: args.threads,
         n_batch: 512,
         ..Default::default()
     };

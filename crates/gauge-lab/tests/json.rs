@@ -256,3 +256,41 @@ fn results_from_other_prompt_tokens_are_not_resumed() {
         .unwrap()
         .contains("chat_template"));
 }
+
+/// Regression: the summary printed `conditioned_valid_rate` and no `window`, not the fields the
+/// CLI promises (`valid_rate_given_theta1`, `window` per condition).
+#[test]
+fn summary_json_has_exactly_the_cli_shape_with_the_window() {
+    let cfg = JsonConfig {
+        window: Some(64),
+        ..cfg()
+    };
+    let s = run(&tmp("shape"), &cfg, RunControl::default()).0.unwrap();
+    let v = serde_json::to_value(&s).unwrap();
+    for key in ["model", "conditions"] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    let c = &v["conditions"][0];
+    for key in [
+        "op",
+        "theta",
+        "window",
+        "n",
+        "n_valid",
+        "valid_rate",
+        "valid_rate_given_theta1",
+    ] {
+        assert!(c.get(key).is_some(), "condition lacks {key}: {c}");
+    }
+    assert_eq!(c["window"], 64);
+    assert_eq!(c["op"], "ctrl");
+    // ctrl θ = 1 is its own baseline: rate 1 when it has valid outputs, null when it has none.
+    let expected = if c["n_valid"] == 0 {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!(1.0)
+    };
+    assert_eq!(c["valid_rate_given_theta1"], expected, "{c}");
+    let back: JsonSummary = serde_json::from_value(v).unwrap();
+    assert_eq!(back, s);
+}

@@ -249,13 +249,16 @@ impl ChunkLine for JsonLine {
 pub struct JsonCondition {
     pub op: Op,
     pub theta: f64,
+    /// The penalty window in tokens (`null` = the note's seen set: prompt + all generated).
+    pub window: Option<usize>,
     /// Outputs scored.
     pub n: usize,
     pub n_valid: usize,
     pub valid_rate: f64,
     /// Among schemas valid at ctrl θ = 1 (the note's "conditioned" rate); `null` without that
     /// baseline.
-    pub conditioned_valid_rate: Option<f64>,
+    #[serde(alias = "conditioned_valid_rate")]
+    pub valid_rate_given_theta1: Option<f64>,
     /// Failures with no balanced object / an unparseable one / a schema violation.
     pub no_json: usize,
     pub parse_error: usize,
@@ -533,7 +536,7 @@ pub fn summarize(cfg: &JsonConfig, lines: &[JsonLine]) -> JsonSummary {
             let n = ls.len();
             let n_valid = ls.iter().filter(|l| l.valid).count();
             let count = |r: &str| ls.iter().filter(|l| l.reason == r).count();
-            let conditioned_valid_rate = baseline.as_ref().filter(|b| !b.is_empty()).map(|b| {
+            let valid_rate_given_theta1 = baseline.as_ref().filter(|b| !b.is_empty()).map(|b| {
                 ls.iter()
                     .filter(|l| l.valid && b.contains(&l.schema))
                     .count() as f64
@@ -542,6 +545,7 @@ pub fn summarize(cfg: &JsonConfig, lines: &[JsonLine]) -> JsonSummary {
             conditions.push(JsonCondition {
                 op,
                 theta: f32_to_decimal_f64(theta),
+                window: cfg.window,
                 n,
                 n_valid,
                 valid_rate: if n > 0 {
@@ -549,7 +553,7 @@ pub fn summarize(cfg: &JsonConfig, lines: &[JsonLine]) -> JsonSummary {
                 } else {
                     0.0
                 },
-                conditioned_valid_rate,
+                valid_rate_given_theta1,
                 no_json: count("no_json"),
                 parse_error: count("parse_error"),
                 schema_invalid: count("schema_invalid"),
@@ -638,7 +642,7 @@ pub fn render_json_table(s: &JsonSummary) -> String {
             c.theta,
             c.valid_rate,
             format!("{}/{}", c.n_valid, c.n),
-            c.conditioned_valid_rate
+            c.valid_rate_given_theta1
                 .map_or("—".into(), |r| format!("{r:.3}")),
             c.no_json,
             c.parse_error,
@@ -712,7 +716,7 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
             })
         };
         let g = |c: Option<&JsonCondition>| {
-            c.and_then(|c| c.conditioned_valid_rate)
+            c.and_then(|c| c.valid_rate_given_theta1)
                 .map_or("—".into(), |r| format!("{r:.3}"))
         };
         let note = NOTE_JSON.iter().find(|n| n.0 == th);
