@@ -53,7 +53,8 @@ pub struct DelimArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 32)]
     pub n_seq_max: u32,
-    /// llama.cpp decode threads (0 = auto: all cores but one).
+    /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
+    /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
     #[arg(long, default_value_t = 0)]
     pub threads: u32,
 }
@@ -139,7 +140,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
     let opts = ModelOptions {
         n_ctx,
         n_seq_max: args.n_seq_max,
-        n_threads: args.threads,
+        n_threads: crate::cmd_probe::batch_threads(args.threads),
         n_batch: 512,
         ..Default::default()
     };

@@ -45,7 +45,8 @@ pub struct JsonArgs {
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 64)]
     pub n_seq_max: u32,
-    /// llama.cpp decode threads (0 = auto: all cores but one).
+    /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
+    /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
     #[arg(long, default_value_t = 0)]
     pub threads: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
@@ -118,7 +119,7 @@ pub fn run(args: &JsonArgs) -> Result<()> {
     let opts = ModelOptions {
         n_ctx: 2048,
         n_seq_max: args.n_seq_max,
-        n_threads: args.threads,
+        n_threads: crate::cmd_probe::batch_threads(args.threads),
         n_batch: 512,
         ..Default::default()
     };

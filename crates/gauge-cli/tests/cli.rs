@@ -187,6 +187,9 @@ fn tiny_probe_passes_the_gate_and_prints_the_summary_shape() {
         "--out",
         out,
         "--json",
+        // tests run in parallel: one llama.cpp thread each keeps clear of ggml's spin cliff
+        "--threads",
+        "1",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -210,6 +213,9 @@ fn tiny_probe_passes_the_gate_and_prints_the_summary_shape() {
         "--out",
         out,
         "--json",
+        // tests run in parallel: one llama.cpp thread each keeps clear of ggml's spin cliff
+        "--threads",
+        "1",
     ]);
     assert_eq!(stdout(&again), stdout(&o));
 }
