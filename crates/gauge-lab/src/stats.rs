@@ -11,6 +11,7 @@
 //! * Repetition rate ("loop check"): the fraction of generated tokens already in the prompt ∪
 //!   earlier generated tokens.
 
+use gauge_sampling::rng::Mt19937;
 use gauge_sampling::TokenId;
 use std::collections::HashSet;
 
@@ -56,8 +57,7 @@ pub fn repeats(prompt: &[TokenId], generated: &[TokenId]) -> u64 {
 /// CPython's `random.Random`: MT19937 seeded through `init_by_array` with the seed's 32-bit words.
 #[derive(Debug, Clone)]
 pub struct PyRandom {
-    mt: [u32; 624],
-    index: usize,
+    mt: Mt19937,
 }
 
 impl PyRandom {
@@ -67,82 +67,14 @@ impl PyRandom {
         if seed >> 32 != 0 {
             key.push((seed >> 32) as u32);
         }
-        let mut r = PyRandom {
-            mt: [0; 624],
-            index: 624,
-        };
-        r.init_by_array(&key);
-        r
-    }
-
-    fn init_genrand(&mut self, s: u32) {
-        self.mt[0] = s;
-        for i in 1..624 {
-            let prev = self.mt[i - 1];
-            self.mt[i] = 1_812_433_253u32
-                .wrapping_mul(prev ^ (prev >> 30))
-                .wrapping_add(i as u32);
+        PyRandom {
+            mt: Mt19937::from_key(&key),
         }
-        self.index = 624;
-    }
-
-    fn init_by_array(&mut self, key: &[u32]) {
-        self.init_genrand(19_650_218);
-        let n = 624;
-        let (mut i, mut j) = (1usize, 0usize);
-        for _ in 0..n.max(key.len()) {
-            let prev = self.mt[i - 1];
-            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_664_525))
-                .wrapping_add(key[j])
-                .wrapping_add(j as u32);
-            i += 1;
-            j += 1;
-            if i >= n {
-                self.mt[0] = self.mt[n - 1];
-                i = 1;
-            }
-            if j >= key.len() {
-                j = 0;
-            }
-        }
-        for _ in 0..n - 1 {
-            let prev = self.mt[i - 1];
-            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941))
-                .wrapping_sub(i as u32);
-            i += 1;
-            if i >= n {
-                self.mt[0] = self.mt[n - 1];
-                i = 1;
-            }
-        }
-        self.mt[0] = 0x8000_0000;
-        self.index = 624;
-    }
-
-    fn twist(&mut self) {
-        for i in 0..624 {
-            let y = (self.mt[i] & 0x8000_0000) | (self.mt[(i + 1) % 624] & 0x7fff_ffff);
-            let mut v = self.mt[(i + 397) % 624] ^ (y >> 1);
-            if y & 1 != 0 {
-                v ^= 0x9908_b0df;
-            }
-            self.mt[i] = v;
-        }
-        self.index = 0;
     }
 
     /// The next 32-bit output (`genrand_uint32`).
     pub fn next_u32(&mut self) -> u32 {
-        if self.index >= 624 {
-            self.twist();
-        }
-        let mut y = self.mt[self.index];
-        self.index += 1;
-        y ^= y >> 11;
-        y ^= (y << 7) & 0x9d2c_5680;
-        y ^= (y << 15) & 0xefc6_0000;
-        y ^= y >> 18;
-        y
+        self.mt.next_u32()
     }
 
     /// `getrandbits(k)` for `1 <= k <= 32`.
