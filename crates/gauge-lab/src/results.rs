@@ -24,6 +24,26 @@ pub trait ChunkLine: Serialize + DeserializeOwned + Clone {
     fn key(&self) -> (u8, usize, usize);
 }
 
+/// The directory name of a run: `<kind>-<model label>-<48-bit hash>`, the hash over the kind,
+/// the result format and the configuration's JSON. The same command always finds (and resumes) the
+/// same directory; any change of configuration or format starts a new one.
+pub fn run_id<C: Serialize>(kind: &str, format: u32, model: &str, config: &C) -> String {
+    let json = serde_json::to_string(config).unwrap_or_default();
+    let h = crate::probe::fnv1a64(format!("gauge-{kind}/{format}/{json}").as_bytes());
+    let label: String = model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(48)
+        .collect();
+    format!("{kind}-{label}-{:012x}", h & 0xffff_ffff_ffff)
+}
+
 /// Write `bytes` to `path` atomically (temp file + rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LabError> {
     let tmp = path.with_extension("tmp");

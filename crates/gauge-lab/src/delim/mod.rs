@@ -30,7 +30,7 @@ use crate::error::LabError;
 use crate::ops::Op;
 use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
 use crate::probe::decode::{decode_chunk, DecodeOptions, PrefixJob};
-use crate::probe::{f32_to_decimal_f64, fnv1a64, Role, RunControl, RunSpec};
+use crate::probe::{f32_to_decimal_f64, Role, RunControl, RunSpec};
 use crate::results::{open_run_dir, progress_bar, write_atomic, ChunkLine, ChunkLog};
 use crate::stack::Stack;
 use crate::stats::{bootstrap_diff_ci, mean};
@@ -170,21 +170,7 @@ impl DelimConfig {
 
     /// Deterministic run id (model label + hash of the configuration).
     pub fn run_id(&self) -> String {
-        let json = serde_json::to_string(self).unwrap_or_default();
-        let h = fnv1a64(format!("gauge-delim/{DELIM_FORMAT}/{json}").as_bytes());
-        let label: String = self
-            .model
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(48)
-            .collect();
-        format!("delim-{label}-{:012x}", h & 0xffff_ffff_ffff)
+        crate::results::run_id("delim", DELIM_FORMAT, &self.model, self)
     }
 
     /// The decodes of every prompt, op-major.

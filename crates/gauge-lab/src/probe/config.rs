@@ -157,21 +157,7 @@ impl ProbeConfig {
     /// Deterministic run id: model label + hash of the whole configuration, so the same command
     /// finds (and resumes) the same directory.
     pub fn run_id(&self) -> String {
-        let json = serde_json::to_string(self).unwrap_or_default();
-        let h = fnv1a64(format!("gauge-probe/{PROBE_FORMAT}/{json}").as_bytes());
-        let label: String = self
-            .model
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(48)
-            .collect();
-        format!("probe-{label}-{:012x}", h & 0xffff_ffff_ffff)
+        crate::results::run_id("probe", PROBE_FORMAT, &self.model, self)
     }
 
     /// Most sequences a chunk can hold live at once (every run of every prefix diverged): the
