@@ -464,25 +464,7 @@ mod tests {
         for t in history {
             a.accept(t);
         }
-        let mut b = a.clone();
-        let mut cur = Candidates::from_logits(&row);
-        a.apply(&mut cur);
-        let mut ov = Overlay::default();
-        ov.reset(row.len());
-        assert!(b.apply_sparse(&row, &mut ov));
-        let mut via = Candidates::new();
-        ov.materialize(&row, &mut via);
-        let bits = |c: &Candidates| {
-            c.as_slice()
-                .iter()
-                .map(|t| t.logit.to_bits())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(bits(&via), bits(&cur));
-        assert_ne!(
-            bits(&via),
-            row.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-        );
+        crate::samplers::testing::assert_sparse_matches_dense(&a, &row);
     }
 
     #[test]

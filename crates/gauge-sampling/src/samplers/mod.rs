@@ -18,3 +18,30 @@ pub mod top_n_sigma;
 pub mod top_p;
 pub mod typical;
 pub mod xtc;
+
+/// Helpers shared by the samplers' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::candidates::Candidates;
+    use crate::overlay::Overlay;
+    use crate::sampler::Sampler;
+
+    /// `apply_sparse` on a clone of `s` must give the dense `apply`'s logits bit for bit, and the
+    /// edit must change the row (a case that edits nothing would prove nothing).
+    pub(crate) fn assert_sparse_matches_dense<S: Sampler + Clone>(s: &S, row: &[f32]) {
+        let (mut dense, mut sparse) = (s.clone(), s.clone());
+        let mut cur = Candidates::from_logits(row);
+        dense.apply(&mut cur);
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        assert!(sparse.apply_sparse(row, &mut ov), "no sparse path");
+        let mut via = Candidates::new();
+        ov.materialize(row, &mut via);
+        let bits = |c: &Candidates| -> Vec<u32> {
+            c.as_slice().iter().map(|t| t.logit.to_bits()).collect()
+        };
+        assert_eq!(bits(&via), bits(&cur));
+        let unchanged: Vec<u32> = row.iter().map(|x| x.to_bits()).collect();
+        assert_ne!(bits(&via), unchanged, "the case edits nothing");
+    }
+}
