@@ -24,6 +24,22 @@ pub trait ChunkLine: Serialize + DeserializeOwned + Clone {
     fn key(&self) -> (u8, usize, usize);
 }
 
+/// Refuse to resume lines decoded from other prompt tokens: tokenization (BOS, chat template) is
+/// not part of the configuration, so the run id cannot tell such runs apart.
+pub fn ensure_same_prompts<L>(
+    lines: &[L],
+    raw: &Path,
+    same: impl Fn(&L) -> bool,
+) -> Result<(), LabError> {
+    if lines.iter().all(same) {
+        Ok(())
+    } else {
+        Err(LabError::ConfigMismatch {
+            path: raw.to_path_buf(),
+        })
+    }
+}
+
 /// The directory name of a run: `<kind>-<model label>-<48-bit hash>`, the hash over the kind,
 /// the result format and the configuration's JSON. The same command always finds (and resumes) the
 /// same directory; any change of configuration or format starts a new one.

@@ -130,11 +130,7 @@ fn peaked_rows(n_vocab: usize, n_rows: usize, seed: u64, quantum: f64) -> Vec<Ve
                     } else {
                         -14.0 + g.next_normal() * 2.0
                     };
-                    if quantum > 0.0 {
-                        ((x / quantum).round() * quantum) as f32
-                    } else {
-                        x as f32
-                    }
+                    common::quantize(x, quantum)
                 })
                 .collect()
         })

@@ -518,16 +518,9 @@ pub fn run_delim(
         Ok(())
     };
     let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    // Results decoded from other prompt tokens (another tokenizer setting) must not be resumed.
-    if log
-        .lines
-        .iter()
-        .any(|l| l.prompt_tokens != prompts[l.prompt].len())
-    {
-        return Err(LabError::ConfigMismatch {
-            path: dir.join("raw.jsonl"),
-        });
-    }
+    crate::results::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+        l.prompt_tokens == prompts[l.prompt].len()
+    })?;
     let done = log.done_units(0);
     let opts = DecodeOptions {
         tokens: cfg.tokens,

@@ -323,17 +323,9 @@ pub fn run_json(
         Ok(())
     };
     let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    // The prompt text is not all in the configuration (tokenizer, template): results decoded from
-    // other prompt tokens must not be resumed.
-    if log
-        .lines
-        .iter()
-        .any(|l| l.prompt_tokens != prompts[l.schema].len())
-    {
-        return Err(LabError::ConfigMismatch {
-            path: dir.join("raw.jsonl"),
-        });
-    }
+    crate::results::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+        l.prompt_tokens == prompts[l.schema].len()
+    })?;
     let done = log.done_units(0);
     let opts = DecodeOptions {
         tokens: cfg.max_tokens,

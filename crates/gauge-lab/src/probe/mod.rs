@@ -155,13 +155,9 @@ pub fn run_probe_with(
     let n_vocab = source.n_vocab();
     let prompts = tokenize_prefixes(tokenize, cfg, n_vocab)?;
     let mut dir = RunDir::open(out_root, cfg)?;
-    // Tokenization is not in the configuration: lines decoded from other prompt tokens (e.g.
-    // before BOS followed the model's default) must not be resumed.
-    if dir.lines().iter().any(|l| l.prompt != prompts[l.prefix]) {
-        return Err(LabError::ConfigMismatch {
-            path: dir.dir.join("raw.jsonl"),
-        });
-    }
+    crate::results::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
+        l.prompt == prompts[l.prefix]
+    })?;
     let opts = DecodeOptions {
         tokens: cfg.tokens,
         window: cfg.window,

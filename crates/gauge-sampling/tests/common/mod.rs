@@ -107,17 +107,19 @@ pub fn shaped_rows(
     (0..n_rows)
         .map(|_| {
             (0..n_vocab)
-                .map(|_| {
-                    let x = g.next_normal() * sigma;
-                    if quantum > 0.0 {
-                        ((x / quantum).round() * quantum) as f32
-                    } else {
-                        x as f32
-                    }
-                })
+                .map(|_| quantize(g.next_normal() * sigma, quantum))
                 .collect()
         })
         .collect()
+}
+
+/// `x` rounded to a multiple of `quantum` (`0` = no rounding), as f32: quantized rows make ties.
+pub fn quantize(x: f64, quantum: f64) -> f32 {
+    if quantum > 0.0 {
+        ((x / quantum).round() * quantum) as f32
+    } else {
+        x as f32
+    }
 }
 
 /// The chain a llama-server style request builds (`params` as JSON).
