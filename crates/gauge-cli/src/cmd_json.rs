@@ -1,6 +1,6 @@
 //! `gauge json`: A2, schema-valid JSON under repetition penalties, on a real model.
 
-use crate::cmd_probe::{ops_for, parse_stacks};
+use crate::cmd_probe::{note_gauge_decided, parse_stacks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
@@ -107,9 +107,9 @@ pub fn run(args: &JsonArgs) -> Result<()> {
     };
     let mut cfgs = Vec::new();
     for s in parse_stacks(&args.sampler)? {
+        note_gauge_decided(s, &base.ops);
         let mut c = JsonConfig {
             sampler: s,
-            ops: ops_for(s, &base.ops)?,
             ..base.clone()
         };
         c.validate()?;

@@ -96,14 +96,12 @@ pub fn parse_stacks(names: &[String]) -> Result<Vec<Stack>> {
     Ok(v)
 }
 
-/// The ops of a stack's run: the same plan on every stack (llama.cpp's logits depend on what else
-/// is in the batch, so only identical plans give comparable rows); under llama-cpp, normalized
-/// stays on gauge's operator, which is said once here.
-pub fn ops_for(stack: Stack, ops: &[Op]) -> Result<Vec<Op>> {
-    if let Some(note) = stack.footnote(ops) {
-        eprintln!("note ({stack}): normalized{}", note.trim_start_matches('*'));
+/// Every stack runs the same plan (llama.cpp's logits depend on what else is in the batch, so
+/// only identical plans give comparable rows); say once where llama-cpp leaves an op to gauge.
+pub fn note_gauge_decided(stack: Stack, ops: &[Op]) {
+    if stack.footnote(ops).is_some() {
+        eprintln!("note ({stack}): normalized runs on gauge's operator (llama.cpp has none)");
     }
-    Ok(ops.to_vec())
 }
 
 pub fn run(args: &ProbeArgs) -> Result<()> {
@@ -138,9 +136,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let stacks = parse_stacks(&args.sampler)?;
     let mut cfgs = Vec::new();
     for &s in &stacks {
+        note_gauge_decided(s, &cfg.ops);
         let mut c = ProbeConfig {
             sampler: s,
-            ops: ops_for(s, &cfg.ops)?,
             ..cfg.clone()
         };
         c.validate()?;

@@ -40,8 +40,8 @@ pub struct ProbeConfig {
     /// composition can change a real model's numerics; resumption restarts at this granularity.
     pub batch_prefixes: usize,
     /// Who decides: gauge's operators (default; left out of the JSON so gauge runs keep their
-    /// run ids) or llama.cpp's own chain (`--sampler llama-cpp`: ctrl and subtractive; normalized stays on gauge's
-    /// operator).
+    /// run ids) or llama.cpp's own chain (`--sampler llama-cpp`: ctrl and subtractive; normalized
+    /// stays on gauge's operator).
     #[serde(default, skip_serializing_if = "Stack::is_gauge")]
     pub sampler: Stack,
 }
