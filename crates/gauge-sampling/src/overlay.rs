@@ -222,6 +222,21 @@ impl Overlay {
         self.n_xf > 0
     }
 
+    /// An upper bound on `|x|` over the finite values of the row as it stands (raw entries, edits,
+    /// pending divisions), `+inf` when no finite bound holds. Temperature asks this before it
+    /// records a division, which must not overflow (see [`crate::ops::temp_overflows`]).
+    pub fn max_abs_bound(&self, row: &[f32]) -> f32 {
+        let finite_abs = |x: f32| if x.is_finite() { x.abs() } else { 0.0 };
+        let mut m = row.iter().fold(0.0f32, |m, &x| m.max(finite_abs(x)));
+        m = self.edits.iter().fold(m, |m, e| m.max(finite_abs(e.1)));
+        for t in self.transforms() {
+            if let Transform::Div(d) = t {
+                m = (m / d).max(m);
+            }
+        }
+        m
+    }
+
     /// The pending divisor when the only transform is a temperature division (mirostat's fast path
     /// divides as it reads).
     pub fn only_div(&self) -> Option<f32> {
