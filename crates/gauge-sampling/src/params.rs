@@ -252,7 +252,11 @@ fn kind(v: &Value) -> &'static str {
 
 /// A type error for `field`: the value's JSON text and what was expected.
 fn type_err(field: &str, v: &Value, expected: &str) -> SamplingError {
-    SamplingError::param(field, format!("{} ({})", fields::short(v), kind(v)), expected)
+    SamplingError::param(
+        field,
+        format!("{} ({})", fields::short(v), kind(v)),
+        expected,
+    )
 }
 
 /// The first of `names` present with a non-null value.

@@ -19,24 +19,27 @@ fn typ_p_is_typical_p() {
     let p = parse(json!({"typ_p": 0.9})).unwrap();
     assert_eq!(p.typical_p, 0.9);
     let chain = Chain::from_params(&p, 8, None).unwrap();
-    assert!(chain.describe().contains("-> typical "), "{}", chain.describe());
+    assert!(
+        chain.describe().contains("-> typical "),
+        "{}",
+        chain.describe()
+    );
 }
 
 #[test]
 fn repetition_penalty_is_repeat_penalty_over_the_whole_context() {
     let p = parse(json!({"repetition_penalty": 1.3})).unwrap();
     assert_eq!(p.repeat_penalty, 1.3);
-    assert_eq!(p.repeat_last_n, -1, "HF and vLLM penalise the whole context");
+    assert_eq!(
+        p.repeat_last_n, -1,
+        "HF and vLLM penalise the whole context"
+    );
     let p = parse(json!({"repetition_penalty": 1.3, "repeat_last_n": 64})).unwrap();
     assert_eq!((p.repeat_penalty, p.repeat_last_n), (1.3, 64));
     let p = parse(json!({"repeat_penalty": 1.3})).unwrap();
     assert_eq!(p.repeat_last_n, 64, "llama.cpp's own name keeps its window");
-    let chain = Chain::from_params(
-        &parse(json!({"repetition_penalty": 1.3})).unwrap(),
-        8,
-        None,
-    )
-    .unwrap();
+    let chain =
+        Chain::from_params(&parse(json!({"repetition_penalty": 1.3})).unwrap(), 8, None).unwrap();
     assert!(chain.describe().contains("-> penalties "));
 }
 
@@ -61,7 +64,11 @@ fn refused_fields_name_themselves_and_say_what_to_use() {
         (json!({"tfs_z": 0.95}), "tfs_z", "min_p"),
         (json!({"length_penalty": 2.0}), "length_penalty", "beam"),
         (json!({"use_beam_search": true}), "use_beam_search", "beam"),
-        (json!({"no_repeat_ngram_size": 3}), "no_repeat_ngram_size", "dry"),
+        (
+            json!({"no_repeat_ngram_size": 3}),
+            "no_repeat_ngram_size",
+            "dry",
+        ),
         (json!({"bad_words": ["x"]}), "bad_words", "logit_bias"),
     ] {
         let e = err(req.clone());
@@ -94,13 +101,21 @@ fn conflicting_aliases_name_both() {
             "n_predict",
             "max_tokens",
         ),
-        (json!({"temperature": 0.5, "temp": 0.6}), "temperature", "temp"),
+        (
+            json!({"temperature": 0.5, "temp": 0.6}),
+            "temperature",
+            "temp",
+        ),
         (
             json!({"repeat_penalty": 1.1, "repetition_penalty": 1.3}),
             "repeat_penalty",
             "repetition_penalty",
         ),
-        (json!({"typical_p": 0.5, "typ_p": 0.9}), "typical_p", "typ_p"),
+        (
+            json!({"typical_p": 0.5, "typ_p": 0.9}),
+            "typical_p",
+            "typ_p",
+        ),
     ] {
         let e = err(req.clone());
         let msg = e.to_string();
@@ -159,7 +174,10 @@ fn infill_sampler_error_names_samplers() {
 fn seed_error_says_4294967295_is_random() {
     let e = err(json!({"seed": 4294967296u64}));
     let msg = e.to_string();
-    assert!(msg.contains("LLAMA_DEFAULT_SEED") && msg.contains("4294967295"), "{msg}");
+    assert!(
+        msg.contains("LLAMA_DEFAULT_SEED") && msg.contains("4294967295"),
+        "{msg}"
+    );
     assert_eq!(
         parse(json!({"seed": 4294967295u64})).unwrap().seed,
         parse(json!({"seed": -1})).unwrap().seed
@@ -179,7 +197,8 @@ fn logit_bias_empty_string_is_refused_not_dropped() {
 
 #[test]
 fn unknown_fields_are_listed_not_refused() {
-    let req = json!({"temperature": 0.5, "model": "x", "frobnicate": 1, "prompt": "hi", "zeta": null});
+    let req =
+        json!({"temperature": 0.5, "model": "x", "frobnicate": 1, "prompt": "hi", "zeta": null});
     let obj = req.as_object().unwrap();
     assert!(parse(req.clone()).is_ok());
     assert_eq!(

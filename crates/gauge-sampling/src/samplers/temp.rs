@@ -38,7 +38,9 @@ impl Sampler for Temp {
         temp_impl(cur, self.t);
     }
     fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
-        self.t > 0.0 && self.t.is_finite() && !(self.t < 1.0 && temp_overflows(ov.max_abs_bound(row), self.t))
+        self.t > 0.0
+            && self.t.is_finite()
+            && !(self.t < 1.0 && temp_overflows(ov.max_abs_bound(row), self.t))
             && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: a shift `c` becomes a shift `c / t`, which softmax ignores (up to f32 rounding);
