@@ -2,8 +2,10 @@
 
 use thiserror::Error;
 
-/// Everything that can go wrong when building or running a chain.
+/// Everything that can go wrong when building or running a chain. New kinds of failure may be
+/// added: match with a wildcard arm.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum SamplingError {
     /// A parameter is outside the range it is allowed to take.
     #[error("invalid value for `{field}`: {value} (allowed: {allowed})")]
