@@ -62,7 +62,11 @@ unsafe fn copy_message(msg: &str, err: *mut c_char, err_len: usize) {
 /// A C string argument as UTF-8, or an error naming the argument.
 unsafe fn arg_str<'a>(field: &str, s: *const c_char) -> Result<&'a str, SamplingError> {
     if s.is_null() {
-        return Err(SamplingError::param(field, "NULL", "a NUL-terminated UTF-8 string"));
+        return Err(SamplingError::param(
+            field,
+            "NULL",
+            "a NUL-terminated UTF-8 string",
+        ));
     }
     CStr::from_ptr(s)
         .to_str()

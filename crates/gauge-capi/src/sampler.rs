@@ -182,7 +182,10 @@ impl GaugeSampler {
     /// leaves `cur` unchanged) for a row gauge cannot take.
     pub fn apply(&mut self, cur: &mut Candidates) -> bool {
         if let Err(e) = check_candidates(cur.as_slice()) {
-            self.record_error(format!("{}: {e}; the array was left unchanged", self.describe_self()));
+            self.record_error(format!(
+                "{}: {e}; the array was left unchanged",
+                self.describe_self()
+            ));
             return false;
         }
         let skip = self.full_row_stage.filter(|_| cur.len() != self.n_vocab);

@@ -55,7 +55,7 @@ fn tokens(setup: &str) -> Vec<Vec<i32>> {
         .collect();
     assert_eq!(lines.len(), 3, "{setup}: {stdout}\n{stderr}");
     assert!(lines.iter().all(|l| l.len() == 32), "{setup}: {stdout}");
-    eprintln!("{setup}: {}", stderr.trim());
+    eprintln!("{}", stderr.trim());
     lines
 }
 
@@ -81,6 +81,8 @@ fn normalized_is_shift_invariant_ctrl_is_not() {
         .map(|(a, b)| a.iter().zip(b).filter(|(x, y)| x != y).count())
         .sum();
     assert!(differ > 0, "ctrl: +5 and -5 gave the same tokens");
+    // The normalized penalty must have acted, or its invariance would be vacuous.
+    assert_ne!(plus, tokens("greedy"), "normalized changed no token");
     eprintln!("ctrl: {differ}/96 positions differ between +5 and -5");
 }
 
@@ -89,4 +91,10 @@ fn gauge_json_chain_equals_llama_cpp_default_chain() {
     let gauge = tokens("gauge-json");
     let llama = tokens("llama-default");
     assert_eq!(gauge, llama);
+    // Temperature 0.8 with seed 42 must actually sample somewhere, or this is only greedy again.
+    assert_ne!(
+        gauge,
+        tokens("greedy"),
+        "the default chain decoded greedily"
+    );
 }

@@ -27,24 +27,24 @@ fn array_of(row: &[f32]) -> LlamaTokenDataArray {
     )
 }
 
-/// Decode every prompt `STEPS` tokens with `pick(row) -> token`, which also accepts the token.
-/// `init(prompt)` is called before each prompt and feeds it to the sampler.
-fn decode(
+/// Decode every prompt `STEPS` tokens: `init(prompt)` makes a sampler that has seen the prompt,
+/// `pick(sampler, row)` chooses a token and accepts it.
+fn decode<S>(
     model: &Arc<Model>,
-    mut init: impl FnMut(&[i32]),
-    mut pick: impl FnMut(&[f32]) -> i32,
+    init: impl Fn(&[i32]) -> S,
+    pick: impl Fn(&mut S, &[f32]) -> i32,
 ) -> Vec<Vec<i32>> {
     let mut out = Vec::new();
     for prompt in common::PROMPTS {
         let tokens = model.tokenize_prompt(prompt).expect("tokenize");
-        init(&tokens);
+        let mut sampler = init(&tokens);
         let mut src = LlamaSource::new(Arc::clone(model)).expect("source");
         let seq = src.new_sequence().expect("sequence");
         src.push(seq, &tokens).expect("push");
         src.step().expect("step");
         let mut got = Vec::new();
         for _ in 0..STEPS {
-            let t = pick(src.logits(seq).expect("logits"));
+            let t = pick(&mut sampler, src.logits(seq).expect("logits"));
             got.push(t);
             src.push(seq, &[t]).expect("push");
             src.step().expect("step");
@@ -55,7 +55,6 @@ fn decode(
 }
 
 fn run_llama(model: &Arc<Model>, make: impl Fn() -> LlamaSampler) -> Vec<Vec<i32>> {
-    let mut chain: Option<LlamaSampler> = None;
     decode(
         model,
         |prompt| {
@@ -63,10 +62,9 @@ fn run_llama(model: &Arc<Model>, make: impl Fn() -> LlamaSampler) -> Vec<Vec<i32
             for &t in prompt {
                 c.accept(LlamaToken(t));
             }
-            chain = Some(c);
+            c
         },
-        |row| {
-            let c = chain.as_mut().expect("initialised");
+        |c, row| {
             let mut arr = array_of(row);
             arr.apply_sampler(c);
             let t = arr.selected_token().expect("a terminal selected").0;
@@ -94,7 +92,10 @@ fn ctrl_penalty_in_a_llama_chain_equals_llama_cpp_penalties() {
     });
     assert_eq!(gauge, llama);
     let plain = run_llama(&model, LlamaSampler::greedy);
-    assert_ne!(plain, llama, "the penalty changed nothing: the check would prove nothing");
+    assert_ne!(
+        plain, llama,
+        "the penalty changed nothing: the check would prove nothing"
+    );
 }
 
 #[test]
@@ -109,7 +110,6 @@ fn whole_chain_as_llama_sampler_equals_gauge_chain() {
     let as_llama = run_llama(&model, || {
         llama_sampler::from_params(&params, n_vocab).unwrap()
     });
-    let mut chain: Option<Chain> = None;
     let own = decode(
         &model,
         |prompt| {
@@ -117,9 +117,9 @@ fn whole_chain_as_llama_sampler_equals_gauge_chain() {
             for &t in prompt {
                 c.accept_prompt(t);
             }
-            chain = Some(c);
+            c
         },
-        |row| chain.as_mut().unwrap().sample(row).unwrap(),
+        |c, row| c.sample(row).unwrap(),
     );
     assert_eq!(as_llama, own);
 }

@@ -1,7 +1,7 @@
 // Decode 3 prompts x 32 tokens on a GGUF model with one sampler setup, print one line of token
 // ids per prompt. Built and run by tests/token_identity.rs, which compares setups.
 //
-// usage: generate MODEL SETUP
+// usage: generate MODEL SETUP [THETA]   (THETA: the repeat penalty, default 1.3)
 //   greedy                   llama_sampler_init_greedy alone (no penalty)
 //   llama-penalties          llama_sampler_init_penalties(n_vocab, 64, 1.3, 0, 0) -> greedy
 //   gauge-penalties-ctrl     gauge_sampler_init_penalties(n_vocab, 64, 1.3, 0, 0, "ctrl") -> greedy
@@ -21,6 +21,8 @@
 #include "llama.h"
 
 #define N_PREDICT 32
+
+static float THETA = 1.3f;
 
 static const char *PROMPTS[3] = {
     "The capital of France is",
@@ -43,7 +45,7 @@ static struct llama_sampler *need(struct llama_sampler *s, const char *what) {
 }
 
 static struct llama_sampler *gauge_penalties(int32_t n_vocab, const char *mode) {
-    return need(gauge_sampler_init_penalties(n_vocab, 64, 1.3f, 0.0f, 0.0f, mode),
+    return need(gauge_sampler_init_penalties(n_vocab, 64, THETA, 0.0f, 0.0f, mode),
                 "gauge_sampler_init_penalties");
 }
 
@@ -98,7 +100,7 @@ static struct llama_sampler *make_sampler(const char *setup, const struct llama_
     if (strcmp(setup, "greedy") == 0) return llama_sampler_init_greedy();
     if (strcmp(setup, "llama-penalties") == 0) {
         struct llama_sampler *c = chain_new();
-        llama_sampler_chain_add(c, llama_sampler_init_penalties(n_vocab, 64, 1.3f, 0.0f, 0.0f));
+        llama_sampler_chain_add(c, llama_sampler_init_penalties(n_vocab, 64, THETA, 0.0f, 0.0f));
         llama_sampler_chain_add(c, llama_sampler_init_greedy());
         return c;
     }
@@ -128,10 +130,11 @@ static struct llama_sampler *make_sampler(const char *setup, const struct llama_
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s MODEL SETUP\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s MODEL SETUP [THETA]\n", argv[0]);
         return 2;
     }
+    if (argc == 4) THETA = strtof(argv[3], NULL);
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
 

@@ -84,13 +84,23 @@ pub fn libgauge(kind: GaugeLib) -> PathBuf {
         GaugeLib::Shared => "libgauge.so",
         GaugeLib::Static => "libgauge.a",
     };
+    // `cargo test` rebuilds the library in deps/; target/<profile>/ holds the copy of the last
+    // `cargo build`, which may be older. Take the newest.
     let dir = profile_dir();
-    for cand in [dir.join(name), dir.join("deps").join(name)] {
-        if cand.exists() {
-            return cand;
-        }
-    }
-    panic!("{name} not found in {} (cargo builds it with the tests)", dir.display());
+    [dir.join("deps").join(name), dir.join(name)]
+        .into_iter()
+        .filter_map(|p| {
+            let t = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+            Some((t, p))
+        })
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} not found in {} (cargo builds it with the tests)",
+                dir.display()
+            )
+        })
 }
 
 /// `crates/gauge-capi`.
@@ -113,12 +123,15 @@ pub fn build_c(source: &str, out: &Path, kind: GaugeLib) {
         .arg("-o")
         .arg(out);
     // libgauge first: its reference to llama_sampler_init is resolved by libllama after it.
-    cmd.arg(&gauge);
-    if kind == GaugeLib::Shared {
-        cmd.arg(format!(
-            "-Wl,-rpath,{}",
-            gauge.parent().expect("lib dir").display()
-        ));
+    match kind {
+        GaugeLib::Shared => {
+            let dir = gauge.parent().expect("lib dir");
+            cmd.arg("-L").arg(dir).arg("-lgauge");
+            cmd.arg(format!("-Wl,-rpath,{}", dir.display()));
+        }
+        GaugeLib::Static => {
+            cmd.arg(&gauge);
+        }
     }
     if llama.shared {
         cmd.arg("-L").arg(&llama.lib_dir);
