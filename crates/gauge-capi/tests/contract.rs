@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{build_c, require, GaugeLib};
+use common::{build_c, build_c_file, crate_dir, require, GaugeLib};
 
 fn run_under_valgrind(kind: GaugeLib) {
     if !require("valgrind") {
@@ -47,4 +47,23 @@ fn contract_static_libgauge_under_valgrind() {
 #[test]
 fn contract_shared_libgauge_under_valgrind() {
     run_under_valgrind(GaugeLib::Shared);
+}
+
+/// The C example of docs/c-api.md compiles and links as shown there.
+#[test]
+fn docs_c_example_compiles_and_links() {
+    let doc = std::fs::read_to_string(crate_dir().join("../../docs/c-api.md")).expect("docs/c-api.md");
+    let section = doc
+        .split("## A C example")
+        .nth(1)
+        .expect("the C example section");
+    let code = section
+        .split("```c\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a ```c block");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = dir.path().join("example.c");
+    std::fs::write(&src, format!("{code}\nint main(void) {{ return 0; }}\n")).expect("write");
+    build_c_file(&src, &dir.path().join("example"), GaugeLib::Shared);
 }

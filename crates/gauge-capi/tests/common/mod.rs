@@ -110,6 +110,11 @@ pub fn crate_dir() -> PathBuf {
 
 /// Compile and link `tests/c/<source>` into `out`; panics with the compiler's output on failure.
 pub fn build_c(source: &str, out: &Path, kind: GaugeLib) {
+    build_c_file(&crate_dir().join("tests/c").join(source), out, kind)
+}
+
+/// Compile and link the C file `source` into `out` (the link line of docs/c-api.md).
+pub fn build_c_file(source: &Path, out: &Path, kind: GaugeLib) {
     let llama = llama();
     let gauge = libgauge(kind);
     let mut cmd = Command::new(c_compiler());
@@ -119,8 +124,7 @@ pub fn build_c(source: &str, out: &Path, kind: GaugeLib) {
     for inc in &llama.include {
         cmd.arg("-I").arg(inc);
     }
-    cmd.arg(crate_dir().join("tests/c").join(source))
-        .arg("-o")
+    cmd.arg(source).arg("-o")
         .arg(out);
     // libgauge first: its reference to llama_sampler_init is resolved by libllama after it.
     match kind {
@@ -153,10 +157,43 @@ pub fn build_c(source: &str, out: &Path, kind: GaugeLib) {
     let res = cmd.output().expect("running the C compiler (cc)");
     assert!(
         res.status.success(),
-        "compiling {source} failed:\n{:?}\n{}",
+        "compiling {} failed:\n{:?}\n{}",
+        source.display(),
         cmd,
         String::from_utf8_lossy(&res.stderr)
     );
+}
+
+/// A shared libllama: the workspace's own when llama-cpp-sys-2 built one, else one linked into
+/// `dir` from its static archives (whole, so every llama_* symbol is exported).
+pub fn shared_libllama(dir: &Path) -> PathBuf {
+    let llama = llama();
+    if llama.shared {
+        return llama.lib_dir.join("libllama.so");
+    }
+    let out = dir.join("libllama.so");
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(&llama.lib_dir)
+        .expect("lib dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "a"))
+        .collect();
+    archives.sort();
+    let res = Command::new(c_compiler())
+        .arg("-shared")
+        .arg("-o")
+        .arg(&out)
+        .arg("-Wl,--whole-archive")
+        .args(&archives)
+        .arg("-Wl,--no-whole-archive")
+        .args(["-lstdc++", "-lm", "-lpthread"])
+        .output()
+        .expect("running the C compiler");
+    assert!(
+        res.status.success(),
+        "linking a shared libllama failed:\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    out
 }
 
 /// `$CC`, else the first of cc, gcc, clang on PATH.
