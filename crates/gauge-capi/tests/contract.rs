@@ -52,7 +52,8 @@ fn contract_shared_libgauge_under_valgrind() {
 /// The C example of docs/c-api.md compiles and links as shown there.
 #[test]
 fn docs_c_example_compiles_and_links() {
-    let doc = std::fs::read_to_string(crate_dir().join("../../docs/c-api.md")).expect("docs/c-api.md");
+    let doc =
+        std::fs::read_to_string(crate_dir().join("../../docs/c-api.md")).expect("docs/c-api.md");
     let section = doc
         .split("## A C example")
         .nth(1)

@@ -124,8 +124,7 @@ pub fn build_c_file(source: &Path, out: &Path, kind: GaugeLib) {
     for inc in &llama.include {
         cmd.arg("-I").arg(inc);
     }
-    cmd.arg(source).arg("-o")
-        .arg(out);
+    cmd.arg(source).arg("-o").arg(out);
     // libgauge first: its reference to llama_sampler_init is resolved by libllama after it.
     match kind {
         GaugeLib::Shared => {
@@ -175,7 +174,11 @@ pub fn shared_libllama(dir: &Path) -> PathBuf {
     let mut archives: Vec<PathBuf> = std::fs::read_dir(&llama.lib_dir)
         .expect("lib dir")
         .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "a"))
+        .filter(|p| {
+            // libllama and ggml only: the `common` helper library needs more than the C++ runtime.
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name == "libllama.a" || (name.starts_with("libggml") && name.ends_with(".a"))
+        })
         .collect();
     archives.sort();
     let res = Command::new(c_compiler())
