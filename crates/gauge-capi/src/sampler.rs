@@ -184,17 +184,18 @@ impl GaugeSampler {
         if let Err(e) = check_candidates(cur.as_slice()) {
             self.record_error(format!(
                 "{}: {e}; the array was left unchanged",
-                self.describe_self()
+                self.name_lossy()
             ));
             return false;
         }
         let skip = self.full_row_stage.filter(|_| cur.len() != self.n_vocab);
-        if skip.is_some() {
+        // Recorded once: the message is only built while no problem has been recorded yet.
+        if skip.is_some() && self.error.is_none() {
             self.record_error(format!(
                 "{}: the normalized repeat penalty needs all {} candidates but the array has {} \
                  (a stage before it cut the vocabulary); the penalties stage was skipped. Put it \
                  first in the chain.",
-                self.describe_self(),
+                self.name_lossy(),
                 self.n_vocab,
                 cur.len()
             ));
@@ -207,7 +208,7 @@ impl GaugeSampler {
         true
     }
 
-    fn describe_self(&self) -> String {
+    fn name_lossy(&self) -> String {
         self.name.to_string_lossy().into_owned()
     }
 
