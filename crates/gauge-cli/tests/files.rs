@@ -178,7 +178,11 @@ fn corrupted_cached_model_is_not_listed_as_verified_and_generate_refuses_it() {
     assert!(line.contains("cached, unverified"), "{line}");
     let o = gauge_in(&home, &generate_args());
     let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "generate ran on a corrupt model: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "generate ran on a corrupt model: {err}"
+    );
     assert!(
         err.contains("sha256 mismatch")
             && err.contains(&format!("run `gauge models pull {MODEL}`")),
@@ -242,10 +246,13 @@ fn set_read_only(dir: &Path, ro: bool) {
     set(dir);
 }
 
+/// Runs `gauge` with `GAUGE_HOME` = the path, and these arguments.
+type GaugeRunner = Box<dyn Fn(&Path, &[&str]) -> Output>;
+
 /// How to run `gauge` as someone who cannot write a read-only directory: ourselves, or, when we are
 /// root (whom permissions do not stop), a copy of the binary run as `nobody` through `setpriv`.
 /// `None` if neither is possible.
-fn unprivileged_gauge(root: &Path) -> Option<Box<dyn Fn(&Path, &[&str]) -> Output>> {
+fn unprivileged_gauge(root: &Path) -> Option<GaugeRunner> {
     let probe = root.join("probe");
     fs::create_dir(&probe).unwrap();
     set_read_only(&probe, true);
@@ -301,7 +308,11 @@ fn read_only_cache_with_an_intact_model_is_usable() {
     assert!(marker.exists());
     set_read_only(&home, true);
     let o = run(&home, &["models", "list"]);
-    assert!(text(&o.stdout).contains("cached, verified"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("cached, verified"),
+        "{}",
+        text(&o.stdout)
+    );
     let o = run(&home, &generate_args());
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(!text(&o.stdout).trim().is_empty());

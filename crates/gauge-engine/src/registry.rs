@@ -69,7 +69,9 @@ pub enum RegistryError {
     #[error("cannot read wheel {path}: {detail}")]
     BadWheel { path: PathBuf, detail: String },
     /// The assembled or cached file has the wrong size.
-    #[error("size mismatch for {name} ({path}): expected {expected} bytes, got {actual}; {remedy}")]
+    #[error(
+        "size mismatch for {name} ({path}): expected {expected} bytes, got {actual}; {remedy}"
+    )]
     SizeMismatch {
         name: String,
         path: PathBuf,
@@ -327,7 +329,6 @@ impl FileIdentity {
     }
 }
 
-
 /// Serialises pulls inside one process (the lock file covers other processes).
 static PULL_LOCK: Mutex<()> = Mutex::new(());
 
@@ -425,7 +426,8 @@ impl Registry {
         let path = self.path_of(entry);
         let meta = fs::metadata(&path).ok().filter(|m| m.is_file());
         let present = meta.as_ref().is_some_and(|m| m.len() == entry.size);
-        let verified = present && meta.is_some_and(|m| self.marker_ok(entry, &FileIdentity::of(&m)));
+        let verified =
+            present && meta.is_some_and(|m| self.marker_ok(entry, &FileIdentity::of(&m)));
         CacheStatus {
             path,
             present,
@@ -570,7 +572,10 @@ impl Registry {
     fn remove_corrupt(&self, entry: &RegistryEntry, path: &Path, hashed: &FileIdentity) -> String {
         let _ = fs::remove_file(self.marker_of(entry));
         if FileIdentity::of_path(path).as_ref() != Some(hashed) {
-            return format!("the file changed while it was checked; run `gauge models verify {}`", entry.name);
+            return format!(
+                "the file changed while it was checked; run `gauge models verify {}`",
+                entry.name
+            );
         }
         match fs::remove_file(path) {
             Ok(()) => format!(

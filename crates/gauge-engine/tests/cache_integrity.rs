@@ -100,7 +100,10 @@ fn marker_of_the_old_hash_only_form_is_rechecked_and_rewritten() {
         text.contains(&entry.sha256) && text.contains(&format!("size {len}\n")),
         "{text}"
     );
-    assert!(text.contains("mtime_ns ") && text.contains("inode "), "{text}");
+    assert!(
+        text.contains("mtime_ns ") && text.contains("inode "),
+        "{text}"
+    );
     assert!(reg.status(&entry).verified);
 }
 
@@ -108,7 +111,11 @@ fn marker_of_the_old_hash_only_form_is_rechecked_and_rewritten() {
 fn verify_rehashes_even_when_the_marker_matches() {
     let dir = tempfile::tempdir().unwrap();
     let reg = offline_registry(dir.path());
-    assert_eq!(reg.verify(DEFAULT_MODEL).unwrap(), None, "nothing cached yet");
+    assert_eq!(
+        reg.verify(DEFAULT_MODEL).unwrap(),
+        None,
+        "nothing cached yet"
+    );
     let path = install_copy(&reg);
     let entry = reg.get(DEFAULT_MODEL).unwrap().clone();
     assert_eq!(reg.verify(DEFAULT_MODEL).unwrap(), Some(path.clone()));
@@ -148,11 +155,11 @@ fn cached_file_that_fails_its_first_hash_is_removed_with_a_pull_hint() {
     fs::write(&path, vec![0u8; entry.size as usize]).unwrap();
 
     let msg = expect_hash_mismatch(reg.fetch("humaneval-garbled").unwrap_err());
+    assert!(!path.exists(), "the file that failed its hash is removed");
     assert!(
         msg.contains("gauge models pull humaneval-garbled"),
         "the error says how to get a good copy: {msg}"
     );
-    assert!(!path.exists(), "the file that failed its hash is removed");
     // The next fetch tries a fresh pull (which fails here: pip is pointed at nothing).
     assert!(matches!(
         reg.fetch("humaneval-garbled"),

@@ -223,8 +223,11 @@ fn logit_bias(n_vocab: usize, u: bool) -> impl Strategy<Value = Value> {
         prop::collection::btree_map(key, bias.clone(), 0..6)
             .prop_map(|m| Value::Object(m.into_iter().collect())),
         prop::collection::vec(junk(u), 0..4).prop_map(Value::Array),
-        prop::collection::vec((id, bias.clone(), bias).prop_map(|(t, a, b)| json!([t, a, b])), 1..3)
-            .prop_map(Value::Array),
+        prop::collection::vec(
+            (id, bias.clone(), bias).prop_map(|(t, a, b)| json!([t, a, b])),
+            1..3
+        )
+        .prop_map(Value::Array),
         junk(u),
     ]
 }
@@ -232,8 +235,7 @@ fn logit_bias(n_vocab: usize, u: bool) -> impl Strategy<Value = Value> {
 /// `samplers` as a list of names (good and bad) or a string of letters.
 fn samplers(u: bool) -> impl Strategy<Value = Value> {
     prop_oneof![
-        prop::collection::vec(prop::sample::select(SAMPLER_NAMES), 0..12)
-            .prop_map(|v| json!(v)),
+        prop::collection::vec(prop::sample::select(SAMPLER_NAMES), 0..12).prop_map(|v| json!(v)),
         "[edskypmxtaiz]{0,14}".prop_map(|s| json!(s)),
         prop::collection::vec(leaf(u), 0..4).prop_map(Value::Array),
     ]
@@ -310,7 +312,9 @@ impl Vocab for ByteVocab {
         vec![id as u8]
     }
     fn tokenize(&self, text: &str) -> Vec<TokenId> {
-        text.bytes().map(|b| (b as usize % self.0) as TokenId).collect()
+        text.bytes()
+            .map(|b| (b as usize % self.0) as TokenId)
+            .collect()
     }
     fn eog_tokens(&self) -> Vec<TokenId> {
         vec![self.0 as TokenId - 1]
@@ -339,13 +343,19 @@ fn exercise(req: &Value, n_vocab: usize, with_vocab: bool, prompt: &[TokenId], r
     };
     // Params good enough for a chain also round-trip through their canonical JSON.
     let again = SamplingParams::from_value(&params.to_value());
-    assert!(again.is_ok(), "to_value of {params:?} does not parse: {again:?}");
+    assert!(
+        again.is_ok(),
+        "to_value of {params:?} does not parse: {again:?}"
+    );
     for &t in prompt {
         chain.accept_prompt(t);
     }
     for r in rows {
         match chain.sample(r) {
-            Ok(t) => assert!((0..n_vocab as TokenId).contains(&t), "token {t} of {n_vocab}"),
+            Ok(t) => assert!(
+                (0..n_vocab as TokenId).contains(&t),
+                "token {t} of {n_vocab}"
+            ),
             Err(e) => check_message(&e),
         }
     }
@@ -365,7 +375,9 @@ fn config(cases: u32) -> Config {
 }
 
 /// A request with every field name and random values, with a prompt and rows to sample.
-fn request_case(u: bool) -> impl Strategy<Value = (usize, Value, Vec<TokenId>, Vec<Vec<f32>>, bool)> {
+fn request_case(
+    u: bool,
+) -> impl Strategy<Value = (usize, Value, Vec<TokenId>, Vec<Vec<f32>>, bool)> {
     (1usize..48).prop_flat_map(move |n| {
         (
             Just(n),

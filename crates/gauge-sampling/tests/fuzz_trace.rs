@@ -20,7 +20,7 @@ fn config(cases: u32) -> Config {
         ..Config::default()
     };
     if c.rng_seed == RngSeed::Random {
-        c.rng_seed = RngSeed::Fixed(0x7472_6163_65);
+        c.rng_seed = RngSeed::Fixed(0x0074_7261_6365);
     }
     c
 }
@@ -34,7 +34,10 @@ fn text(unicode: bool, max: usize) -> BoxedStrategy<String> {
 }
 
 fn check_message(e: &TraceError) {
-    assert!(!e.to_string().trim().is_empty(), "an error without a message: {e:?}");
+    assert!(
+        !e.to_string().trim().is_empty(),
+        "an error without a message: {e:?}"
+    );
 }
 
 /// A JSON leaf at the edges (numbers, infinities spelled out, text).
@@ -89,8 +92,11 @@ fn rows() -> impl Strategy<Value = Value> {
         1 => leaf(true),
     ];
     prop_oneof![
-        prop::collection::vec(prop::collection::vec(cell.clone(), 0..6).prop_map(Value::Array), 0..5)
-            .prop_map(Value::Array),
+        prop::collection::vec(
+            prop::collection::vec(cell.clone(), 0..6).prop_map(Value::Array),
+            0..5
+        )
+        .prop_map(Value::Array),
         prop::collection::vec(prop::collection::vec(cell, 4).prop_map(Value::Array), 0..6)
             .prop_map(Value::Array),
         junk(true),
@@ -101,12 +107,17 @@ fn rows() -> impl Strategy<Value = Value> {
 fn params() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(Value::Null),
-        (any::<u32>(), 0i32..5, 0.0f64..2.0, 1.0f64..1.5, any::<bool>()).prop_map(
-            |(seed, top_k, temp, rep, normalized)| json!({
+        (
+            any::<u32>(),
+            0i32..5,
+            0.0f64..2.0,
+            1.0f64..1.5,
+            any::<bool>()
+        )
+            .prop_map(|(seed, top_k, temp, rep, normalized)| json!({
                 "seed": seed, "top_k": top_k, "temperature": temp, "repeat_penalty": rep,
                 "repeat_penalty_mode": if normalized { "normalized" } else { "ctrl" },
-            })
-        ),
+            })),
         junk(false),
     ]
 }
@@ -355,7 +366,11 @@ proptest! {
 
 /// Write the file into a scratch folder and load it through a trace, so the regular-file path is
 /// fuzzed too (fewer cases: each one touches the file system).
-fn load_from_disk(dir: &std::path::Path, npy: &[u8], n_vocab: usize) -> Result<Vec<i32>, TraceError> {
+fn load_from_disk(
+    dir: &std::path::Path,
+    npy: &[u8],
+    n_vocab: usize,
+) -> Result<Vec<i32>, TraceError> {
     std::fs::write(dir.join("rows.npy"), npy).unwrap();
     let trace = dir.join("trace.json");
     std::fs::write(
