@@ -383,11 +383,20 @@ pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
     read_npy_f32(&mut &bytes[..], bytes.len() as u64)
 }
 
-/// Read `n` bytes, or say what was being read when the input ended.
+/// Read `n` bytes, or say what was being read when the input ended. Memory grows with the bytes
+/// actually read, not with `n`.
 fn read_n(r: &mut impl Read, n: usize, what: &str) -> Result<Vec<u8>, String> {
-    let mut buf = vec![0u8; n];
-    r.read_exact(&mut buf)
+    let mut buf = Vec::with_capacity(n.min(1 << 16));
+    r.by_ref()
+        .take(n as u64)
+        .read_to_end(&mut buf)
         .map_err(|e| format!("cannot read the {what}: {e}"))?;
+    if buf.len() < n {
+        return Err(format!(
+            "cannot read the {what}: the input ends after {} of {n} bytes",
+            buf.len()
+        ));
+    }
     Ok(buf)
 }
 
@@ -443,7 +452,8 @@ pub fn read_npy_f32(r: &mut impl Read, len: u64) -> Result<(Vec<usize>, Vec<f32>
             "shape {shape:?} needs {want} data bytes but the file has {body_len}"
         ));
     }
-    let mut data = Vec::with_capacity(count);
+    // `len` is trusted only as far as the reader bears it out: reserve at most 1 Mi values up front.
+    let mut data = Vec::with_capacity(count.min(1 << 20));
     let mut block = vec![0u8; want.min(1 << 16)];
     let mut left = want;
     while left > 0 {

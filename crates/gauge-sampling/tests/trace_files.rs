@@ -167,6 +167,20 @@ fn npy_reader_reads_exactly_the_bytes_the_header_declares() {
 }
 
 #[test]
+fn npy_reader_trusts_a_stated_length_only_as_far_as_the_input_goes() {
+    // A v2 header claiming 4 GiB of header text, from a 20-byte input said to be endless: an error
+    // once the input runs out, without reserving the claimed size first.
+    let mut bytes = b"\x93NUMPY\x02\x00".to_vec();
+    bytes.extend(0xFFFF_FFF0u32.to_le_bytes());
+    bytes.extend(b"{'descr'");
+    let err = read_npy_f32(&mut &bytes[..], u64::MAX).unwrap_err();
+    assert!(
+        err.contains("the input ends after 8 of 4294967280 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
 fn npy_rows_load_from_a_regular_file() {
     let dir = scratch("regular");
     std::fs::write(dir.join("rows.npy"), npy_v1("(1, 2)", &[0.0, 3.0])).unwrap();
