@@ -268,18 +268,29 @@ fn unprivileged_gauge(root: &Path) -> Option<GaugeRunner> {
     if !ok {
         return None;
     }
-    // `nobody` must reach the binary and the cache: a world-readable copy in the temporary tree.
-    let bin = root.join("gauge");
-    fs::copy(env!("CARGO_BIN_EXE_gauge"), &bin).unwrap();
+    // `nobody` must reach the binary and the cache: the temporary tree is opened to everyone, and
+    // the binary is copied there if `nobody` cannot run it where it was built.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |bin: &Path| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(bin);
+        c
+    };
+    let mut bin = PathBuf::from(env!("CARGO_BIN_EXE_gauge"));
+    if !as_nobody(&bin)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
     {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = root.join("gauge");
+        fs::copy(&bin, &copy).unwrap();
+        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+        bin = copy;
     }
     Some(Box::new(move |home: &Path, args: &[&str]| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&bin)
+        as_nobody(&bin)
             .args(args)
             .env("GAUGE_HOME", home)
             .env("HOME", "/nonexistent")
