@@ -132,7 +132,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
                 ..ModelOptions::default()
             },
         )
-            .with_context(|| format!("loading model {}", args.model))?,
+        .with_context(|| format!("loading model {}", args.model))?,
     );
     let codec = Codec(Arc::clone(&model));
     // Context per sequence: the longest prompt plus the generated tokens.

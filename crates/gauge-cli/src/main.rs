@@ -124,9 +124,20 @@ mod tests {
     fn llama_cpp_multi_letter_flags_become_long_flags() {
         assert_eq!(
             run(&["gauge", "serve", "-np", "8", "-ngl=99", "-n", "64"]),
-            ["gauge", "serve", "--parallel", "8", "--n-gpu-layers=99", "-n", "64"]
+            [
+                "gauge",
+                "serve",
+                "--parallel",
+                "8",
+                "--n-gpu-layers=99",
+                "-n",
+                "64"
+            ]
         );
-        assert_eq!(run(&["gauge", "x", "--", "-np"]), ["gauge", "x", "--", "-np"]);
+        assert_eq!(
+            run(&["gauge", "x", "--", "-np"]),
+            ["gauge", "x", "--", "-np"]
+        );
         assert_eq!(run(&["gauge", "-npx"]), ["gauge", "-npx"]);
     }
 }

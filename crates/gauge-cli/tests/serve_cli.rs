@@ -23,7 +23,12 @@ fn exits_within(mut child: Child, secs: u64) -> (i32, String) {
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
             return (status.code().unwrap_or(-1), err);
         }
         if Instant::now() > end {
@@ -46,7 +51,10 @@ fn an_empty_gauge_api_key_is_refused_like_an_empty_flag() {
         .unwrap();
     let (code, err) = exits_within(child, 120);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("GAUGE_API_KEY") && err.contains("empty"), "{err}");
+    assert!(
+        err.contains("GAUGE_API_KEY") && err.contains("empty"),
+        "{err}"
+    );
     let o = gauge(&["serve", "--port", "0", "--api-key", ""]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("api_key"), "{}", stderr(&o));
@@ -98,10 +106,17 @@ fn a_cpu_build_says_it_has_no_gpu_backend() {
     let o = gauge(&["generate", "-p", "Hi", "-n", "1", "-ngl", "99"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("n_gpu_layers") && err.contains("without a GPU backend"), "{err}");
+    assert!(
+        err.contains("n_gpu_layers") && err.contains("without a GPU backend"),
+        "{err}"
+    );
     let o = gauge(&["serve", "--port", "0", "-ngl", "1"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("without a GPU backend"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("without a GPU backend"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Raise this process's soft file-descriptor limit to the hard limit.
@@ -116,7 +131,9 @@ fn raise_fd_limit() -> u64 {
         r.rlim_cur = r.rlim_max;
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
     }
-    r.rlim_cur as u64
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
+    let soft = r.rlim_cur as u64;
+    soft
 }
 
 /// `gauge serve` under `ulimit -n 1024`, and its address once it listens.
@@ -149,7 +166,10 @@ fn serve_with_ulimit(fds: u32) -> (Child, SocketAddr) {
 #[test]
 fn under_ulimit_1024_more_idle_connections_than_descriptors_do_not_lock_out_a_client() {
     let limit = raise_fd_limit();
-    assert!(limit >= 4096, "the hard fd limit {limit} is too low for this test");
+    assert!(
+        limit >= 4096,
+        "the hard fd limit {limit} is too low for this test"
+    );
     let (mut child, addr) = serve_with_ulimit(1024);
     let held: Vec<TcpStream> = (0..1050)
         .map(|_| TcpStream::connect(addr).expect("connect"))
@@ -167,7 +187,13 @@ fn under_ulimit_1024_more_idle_connections_than_descriptors_do_not_lock_out_a_cl
     let _ = child.wait();
     drop(held);
     let text = String::from_utf8_lossy(&raw);
-    assert!(text.starts_with("HTTP/1.1 200"), "no answer after {took:?}: {text:?}");
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "no answer after {took:?}: {text:?}"
+    );
     // A liveness bound, far above the few milliseconds it takes.
-    assert!(took < Duration::from_secs(2), "answered only after {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "answered only after {took:?}"
+    );
 }

@@ -454,8 +454,9 @@ impl Model {
         template: &str,
         messages: &[(&str, &str)],
     ) -> Result<String> {
-        let tmpl = LlamaChatTemplate::new(template)
-            .map_err(|e| EngineError::Text(format!("the chat template contains a NUL byte ({e})")))?;
+        let tmpl = LlamaChatTemplate::new(template).map_err(|e| {
+            EngineError::Text(format!("the chat template contains a NUL byte ({e})"))
+        })?;
         self.apply_chat_messages_with(&tmpl, messages)
     }
 

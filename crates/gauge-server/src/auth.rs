@@ -79,7 +79,12 @@ mod tests {
             b"k3y",
             b"Bearer k 3y",
         ] {
-            assert_eq!(bearer_token(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                bearer_token(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -59,8 +59,8 @@ pub(crate) async fn cors(State(st): State<Arc<AppState>>, req: Request, next: Ne
         return next.run(req).await;
     }
     let allow = allowed_origin(origins, req.headers());
-    let preflight =
-        req.method() == Method::OPTIONS && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+    let preflight = req.method() == Method::OPTIONS
+        && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
     let mut resp = if preflight {
         let Some(_) = &allow else {
             return ApiError {
@@ -105,10 +105,22 @@ mod tests {
 
     #[test]
     fn origins_are_scheme_host_and_port_only() {
-        for ok in ["*", "http://localhost:3000", "https://example.com", "http://[::1]:8080"] {
+        for ok in [
+            "*",
+            "http://localhost:3000",
+            "https://example.com",
+            "http://[::1]:8080",
+        ] {
             assert!(valid_origin(ok), "{ok}");
         }
-        for bad in ["", "localhost", "https://example.com/", "ftp://x", "https://", "http://a b"] {
+        for bad in [
+            "",
+            "localhost",
+            "https://example.com/",
+            "ftp://x",
+            "https://",
+            "http://a b",
+        ] {
             assert!(!valid_origin(bad), "{bad}");
         }
     }

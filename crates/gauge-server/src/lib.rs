@@ -230,7 +230,8 @@ impl Server {
             });
             // A client that stops reading could hold its response open forever; stop waiting
             // for it a little after the engine cut everything.
-            let _ = tokio::time::timeout(grace + Duration::from_secs(5), st.conns.wait_idle()).await;
+            let _ =
+                tokio::time::timeout(grace + Duration::from_secs(5), st.conns.wait_idle()).await;
             drop(drain_tx);
         };
         let app = api::router(Arc::clone(&state));

@@ -62,21 +62,111 @@ pub(crate) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     let mut out = String::with_capacity(2048);
     let c = "counter";
     let g = "gauge";
-    metric(&mut out, "llamacpp:prompt_tokens_total", c, "Number of prompt tokens processed.", pt);
-    metric(&mut out, "llamacpp:prompt_seconds_total", c, "Prompt process time in seconds.", ps);
-    metric(&mut out, "llamacpp:tokens_predicted_total", c, "Number of generation tokens processed.", gt);
-    metric(&mut out, "llamacpp:tokens_predicted_seconds_total", c, "Predict process time in seconds.", gs);
-    metric(&mut out, "llamacpp:n_decode_total", c, "Total number of llama_decode() calls.", steps);
-    metric(&mut out, "llamacpp:n_tokens_max", c, "Largest number of tokens (prompt + generated) one request held.", load(&m.n_tokens_max));
-    metric(&mut out, "llamacpp:prompt_tokens_seconds", g, "Average prompt throughput in tokens/s.", per_s(pt, ps));
-    metric(&mut out, "llamacpp:predicted_tokens_seconds", g, "Average generation throughput in tokens/s.", per_s(gt, gs));
-    metric(&mut out, "llamacpp:n_busy_slots_per_decode", g, "Average number of busy slots per llama_decode() call.", if steps > 0.0 { seq_steps / steps } else { 0.0 });
-    metric(&mut out, "llamacpp:requests_processing", g, "Number of requests processing.", st.stats.live.load(Ordering::Relaxed) as f64);
-    metric(&mut out, "llamacpp:requests_deferred", g, "Number of requests deferred.", st.stats.waiting.load(Ordering::Relaxed) as f64);
-    metric(&mut out, "gauge:connections_open", g, "HTTP connections open now.", st.conns.open() as f64);
-    metric(&mut out, "gauge:connections_evicted_total", c, "Idle connections closed to make room at the connection limit.", st.conns.evicted.load(Ordering::Relaxed) as f64);
-    metric(&mut out, "gauge:connections_refused_total", c, "Connections refused with 503 at the limit (every connection busy).", st.conns.refused.load(Ordering::Relaxed) as f64);
-    metric(&mut out, "gauge:max_connections", g, "The connection limit in effect.", st.limits.max_connections as f64);
+    metric(
+        &mut out,
+        "llamacpp:prompt_tokens_total",
+        c,
+        "Number of prompt tokens processed.",
+        pt,
+    );
+    metric(
+        &mut out,
+        "llamacpp:prompt_seconds_total",
+        c,
+        "Prompt process time in seconds.",
+        ps,
+    );
+    metric(
+        &mut out,
+        "llamacpp:tokens_predicted_total",
+        c,
+        "Number of generation tokens processed.",
+        gt,
+    );
+    metric(
+        &mut out,
+        "llamacpp:tokens_predicted_seconds_total",
+        c,
+        "Predict process time in seconds.",
+        gs,
+    );
+    metric(
+        &mut out,
+        "llamacpp:n_decode_total",
+        c,
+        "Total number of llama_decode() calls.",
+        steps,
+    );
+    metric(
+        &mut out,
+        "llamacpp:n_tokens_max",
+        c,
+        "Largest number of tokens (prompt + generated) one request held.",
+        load(&m.n_tokens_max),
+    );
+    metric(
+        &mut out,
+        "llamacpp:prompt_tokens_seconds",
+        g,
+        "Average prompt throughput in tokens/s.",
+        per_s(pt, ps),
+    );
+    metric(
+        &mut out,
+        "llamacpp:predicted_tokens_seconds",
+        g,
+        "Average generation throughput in tokens/s.",
+        per_s(gt, gs),
+    );
+    metric(
+        &mut out,
+        "llamacpp:n_busy_slots_per_decode",
+        g,
+        "Average number of busy slots per llama_decode() call.",
+        if steps > 0.0 { seq_steps / steps } else { 0.0 },
+    );
+    metric(
+        &mut out,
+        "llamacpp:requests_processing",
+        g,
+        "Number of requests processing.",
+        st.stats.live.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        &mut out,
+        "llamacpp:requests_deferred",
+        g,
+        "Number of requests deferred.",
+        st.stats.waiting.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        &mut out,
+        "gauge:connections_open",
+        g,
+        "HTTP connections open now.",
+        st.conns.open() as f64,
+    );
+    metric(
+        &mut out,
+        "gauge:connections_evicted_total",
+        c,
+        "Idle connections closed to make room at the connection limit.",
+        st.conns.evicted.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        &mut out,
+        "gauge:connections_refused_total",
+        c,
+        "Connections refused with 503 at the limit (every connection busy).",
+        st.conns.refused.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        &mut out,
+        "gauge:max_connections",
+        g,
+        "The connection limit in effect.",
+        st.limits.max_connections as f64,
+    );
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         out,

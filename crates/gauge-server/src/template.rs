@@ -56,12 +56,15 @@ pub(crate) fn render_jinja(
         .map(|(r, c)| json!({"role": r, "content": c}))
         .collect();
     let (bos, eos) = model.bos_eos_text();
-    env.render_str(src, context! {
-        messages => msgs,
-        add_generation_prompt => true,
-        bos_token => bos,
-        eos_token => eos,
-    })
+    env.render_str(
+        src,
+        context! {
+            messages => msgs,
+            add_generation_prompt => true,
+            bos_token => bos,
+            eos_token => eos,
+        },
+    )
 }
 
 /// The prompt for `messages`, as the server's settings say.
@@ -99,9 +102,8 @@ pub(crate) fn chat_prompt(
 pub(crate) fn check(cfg: &ServerConfig, model: &Model) -> Result<(), String> {
     let sample = [("system", "You are terse."), ("user", "Hello")];
     if cfg.jinja {
-        let src = jinja_source(cfg, model).ok_or(
-            "--jinja: the model has no chat template; give one with --chat-template TEXT",
-        )?;
+        let src = jinja_source(cfg, model)
+            .ok_or("--jinja: the model has no chat template; give one with --chat-template TEXT")?;
         return render_jinja(&src, model, &sample)
             .map(drop)
             .map_err(|e| format!("--jinja: the chat template does not render: {e:#}"));
@@ -131,8 +133,18 @@ fn strftime_now(fmt: &str) -> Result<String, Error> {
 
 fn strftime(fmt: &str, unix: i64) -> String {
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let days = unix.div_euclid(86_400);
     let rem = unix.rem_euclid(86_400);
@@ -181,7 +193,13 @@ mod tests {
     #[test]
     fn strftime_matches_known_dates() {
         // 2024-07-26 12:34:56 UTC and the epoch.
-        assert_eq!(strftime("%d %b %Y %H:%M:%S", 1_722_000_000 - 1_722_000_000 % 86_400 + 45_296), "26 Jul 2024 12:34:56");
+        assert_eq!(
+            strftime(
+                "%d %b %Y %H:%M:%S",
+                1_722_000_000 - 1_722_000_000 % 86_400 + 45_296
+            ),
+            "26 Jul 2024 12:34:56"
+        );
         assert_eq!(strftime("%Y-%m-%d %B %%", 0), "1970-01-01 January %");
         // A leap day.
         assert_eq!(strftime("%Y-%m-%d", 951_782_400), "2000-02-29");

@@ -296,29 +296,29 @@ fn bearer_scheme_is_parsed_strictly() {
         ..test_config()
     });
     let addr = srv.addr();
-    let status = |value: &str| {
-        request(addr, "GET", "/v1/models", &[("Authorization", value)], b"").status
-    };
+    let status =
+        |value: &str| request(addr, "GET", "/v1/models", &[("Authorization", value)], b"").status;
     assert_eq!(status("Bearer sekret"), 200);
-    assert_eq!(status("bearer sekret"), 200, "the scheme is case-insensitive");
+    assert_eq!(
+        status("bearer sekret"),
+        200,
+        "the scheme is case-insensitive"
+    );
     assert_eq!(status("Bearer  sekret"), 401, "two spaces");
-    assert_eq!(status("Bearer sekret\t"), 401, "trailing tab");
     assert_eq!(status("Bearer\tsekret"), 401, "tab separator");
+    assert_eq!(status("Bearer sekret x"), 401, "a second word");
+    assert_eq!(status("Bearer sek ret"), 401, "a space inside");
     assert_eq!(status("Bearersekret"), 401);
     assert_eq!(status("Basic sekret"), 401);
     assert_eq!(status("sekret"), 401);
-    // A trailing space is in the header bytes as sent; the raw client sends them verbatim.
-    let raw = request(
-        addr,
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer sekret ")],
-        b"",
-    );
-    assert_eq!(raw.status, 401, "trailing space");
+    // Whitespace at the very end of the header line is not part of the value (RFC 9110 5.5:
+    // optional whitespace, removed by every HTTP parser), so `Bearer sekret ` is the same
+    // header as `Bearer sekret`; nothing is trimmed by gauge itself.
+    assert_eq!(status("Bearer sekret "), 200);
     let x = |value: &str| request(addr, "GET", "/v1/models", &[("X-Api-Key", value)], b"").status;
     assert_eq!(x("sekret"), 200);
-    assert_eq!(x(" sekret"), 401);
+    assert_eq!(x("sekret x"), 401);
+    assert_eq!(x("sekret2"), 401);
 }
 
 #[test]
@@ -348,7 +348,10 @@ fn new_requests_during_the_grace_period_get_503() {
     let t0 = Instant::now();
     let refusal = loop {
         let c = std::net::TcpStream::connect(addr);
-        assert!(c.is_ok(), "connection refused during the grace period: {c:?}");
+        assert!(
+            c.is_ok(),
+            "connection refused during the grace period: {c:?}"
+        );
         drop(c);
         let r = get(addr, "/v1/models");
         if r.status == 503 {
@@ -361,13 +364,20 @@ fn new_requests_during_the_grace_period_get_503() {
     let v = assert_error(&refusal, 503, None);
     assert_eq!(v["error"]["code"], "shutting_down");
     assert_eq!(refusal.header("connection"), Some("close"));
-    let gen = post(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
+    let gen = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
     assert_eq!(gen.status, 503);
     // The stream in flight is unaffected and finishes; then the server stops.
     assert!(read_until(&mut s, &mut buf, b"data: [DONE]"));
     drop(s);
     stopper.join().unwrap().expect("clean shutdown");
-    assert!(std::net::TcpStream::connect(addr).is_err(), "still listening");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
 }
 
 #[test]

@@ -43,12 +43,20 @@ fn tokenize_and_detokenize_round_trip_in_llama_servers_shapes() {
     assert_eq!(ids, m.tokenize(text, false, true).unwrap());
     assert!(ids.contains(&m.tokenize("<|im_start|>", false, true).unwrap()[0]));
 
-    let plain = post_json(addr, "/tokenize", &json!({"content": text, "parse_special": false}));
+    let plain = post_json(
+        addr,
+        "/tokenize",
+        &json!({"content": text, "parse_special": false}),
+    );
     let plain_ids: Vec<i32> = serde_json::from_value(plain.json()["tokens"].clone()).unwrap();
     assert_eq!(plain_ids, m.tokenize(text, false, false).unwrap());
     assert_ne!(plain_ids, ids);
 
-    let with = post_json(addr, "/tokenize", &json!({"content": text, "with_pieces": true}));
+    let with = post_json(
+        addr,
+        "/tokenize",
+        &json!({"content": text, "with_pieces": true}),
+    );
     let pieces = with.json()["tokens"].as_array().unwrap().clone();
     assert_eq!(pieces.len(), ids.len());
     let mut joined = Vec::new();
@@ -110,7 +118,11 @@ fn jinja_renders_the_models_template_as_llama_cpp_formats_it() {
         jinja: true,
         ..test_config()
     });
-    let r = post_json(srv.addr(), "/apply-template", &json!({"messages": conversation()}));
+    let r = post_json(
+        srv.addr(),
+        "/apply-template",
+        &json!({"messages": conversation()}),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let pairs = [
         ("system", "You are terse."),
@@ -130,7 +142,10 @@ fn jinja_renders_the_models_template_as_llama_cpp_formats_it() {
     );
     let p = r.json()["prompt"].as_str().unwrap().to_string();
     assert!(p.starts_with("<|im_start|>system\n"), "{p}");
-    assert!(p.ends_with("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"), "{p}");
+    assert!(
+        p.ends_with("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+        "{p}"
+    );
 }
 
 #[test]
@@ -182,7 +197,10 @@ fn a_builtin_template_name_works_and_an_unknown_one_stops_the_server() {
         &json!({"messages": [{"role": "user", "content": "Hi"}]}),
     );
     let p = r.json()["prompt"].as_str().unwrap().to_string();
-    assert!(p.contains("<|start_header_id|>user<|end_header_id|>"), "{p}");
+    assert!(
+        p.contains("<|start_header_id|>user<|end_header_id|>"),
+        "{p}"
+    );
     drop(srv);
     let err = RunningServer::start(ServerConfig {
         chat_template: Some("no-such-template".into()),
@@ -190,7 +208,10 @@ fn a_builtin_template_name_works_and_an_unknown_one_stops_the_server() {
     })
     .expect_err("an unknown template name is refused");
     let msg = err.to_string();
-    assert!(msg.contains("--chat-template") && msg.contains("--jinja"), "{msg}");
+    assert!(
+        msg.contains("--chat-template") && msg.contains("--jinja"),
+        "{msg}"
+    );
     let err = RunningServer::start(ServerConfig {
         jinja: true,
         chat_template: Some("{% for m in messages %}".into()),
@@ -235,7 +256,10 @@ fn prometheus(body: &str) -> Vec<(String, f64)> {
         }
         let (name, value) = line.split_once(' ').unwrap_or_else(|| panic!("{line}"));
         assert!(typed.contains(name), "no TYPE before {line}");
-        out.push((name.to_string(), value.parse().unwrap_or_else(|_| panic!("{line}"))));
+        out.push((
+            name.to_string(),
+            value.parse().unwrap_or_else(|_| panic!("{line}")),
+        ));
     }
     out
 }
@@ -293,7 +317,10 @@ fn cors_answers_preflights_and_allows_only_listed_origins() {
         &[
             ("origin", "http://localhost:3000"),
             ("access-control-request-method", "POST"),
-            ("access-control-request-headers", "authorization, content-type"),
+            (
+                "access-control-request-headers",
+                "authorization, content-type",
+            ),
         ],
         "",
     );
@@ -302,13 +329,22 @@ fn cors_answers_preflights_and_allows_only_listed_origins() {
         pre.header("access-control-allow-origin").as_deref(),
         Some("http://localhost:3000")
     );
-    assert!(pre.header("access-control-allow-methods").unwrap().contains("POST"));
+    assert!(pre
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("POST"));
     assert_eq!(
         pre.header("access-control-allow-headers").as_deref(),
         Some("authorization, content-type")
     );
     // The real request carries the header, also on an error.
-    let r = send(addr, "GET", "/v1/models", &[("origin", "http://localhost:3000")], "");
+    let r = send(
+        addr,
+        "GET",
+        "/v1/models",
+        &[("origin", "http://localhost:3000")],
+        "",
+    );
     assert_eq!(r.status, 401);
     assert_eq!(
         r.header("access-control-allow-origin").as_deref(),
@@ -318,7 +354,10 @@ fn cors_answers_preflights_and_allows_only_listed_origins() {
         addr,
         "GET",
         "/v1/models",
-        &[("origin", "http://localhost:3000"), ("authorization", "Bearer k3y")],
+        &[
+            ("origin", "http://localhost:3000"),
+            ("authorization", "Bearer k3y"),
+        ],
         "",
     );
     assert_eq!(ok.status, 200);
@@ -349,7 +388,13 @@ fn cors_answers_preflights_and_allows_only_listed_origins() {
 #[test]
 fn without_cors_no_cors_header_is_sent_and_star_allows_any_origin() {
     let srv = start(test_config());
-    let r = send(srv.addr(), "GET", "/health", &[("origin", "http://a.example")], "");
+    let r = send(
+        srv.addr(),
+        "GET",
+        "/health",
+        &[("origin", "http://a.example")],
+        "",
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("access-control-allow-origin"), None);
     drop(srv);
@@ -357,6 +402,15 @@ fn without_cors_no_cors_header_is_sent_and_star_allows_any_origin() {
         cors_origins: vec!["*".into()],
         ..test_config()
     });
-    let r = send(srv.addr(), "GET", "/health", &[("origin", "http://a.example")], "");
-    assert_eq!(r.header("access-control-allow-origin").as_deref(), Some("*"));
+    let r = send(
+        srv.addr(),
+        "GET",
+        "/health",
+        &[("origin", "http://a.example")],
+        "",
+    );
+    assert_eq!(
+        r.header("access-control-allow-origin").as_deref(),
+        Some("*")
+    );
 }

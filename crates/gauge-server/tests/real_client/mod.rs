@@ -20,8 +20,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 
     pub fn header(&self, name: &str) -> Option<String> {
@@ -57,9 +56,7 @@ pub fn send(
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
+        let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
         let resp = sender.send_request(req).await.expect("send");
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
