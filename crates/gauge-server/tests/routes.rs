@@ -290,11 +290,15 @@ fn metrics_count_tokens_in_prometheus_text() {
         );
         assert_eq!(r.status, 200, "{}", r.body);
     }
+    // The engine finishes its bookkeeping for a step just after it sends the last token.
+    common::wait_health(addr, 30, "the engine to be idle", |h| h["live"] == 0);
     let m1 = prometheus(&get(addr, "/metrics").body);
     assert_eq!(value(&m1, "llamacpp:tokens_predicted_total"), 10.0);
     let n_prompt = model().tokenize_prompt("One two three").unwrap().len() as f64;
     assert_eq!(value(&m1, "llamacpp:prompt_tokens_total"), 2.0 * n_prompt);
-    assert!(value(&m1, "llamacpp:n_decode_total") >= 10.0);
+    // One prefill step, then one step per further token: 5 decodes per request.
+    assert_eq!(value(&m1, "llamacpp:n_decode_total"), 10.0, "{m1:?}");
+    assert_eq!(value(&m1, "llamacpp:n_busy_slots_per_decode"), 1.0);
     assert!(value(&m1, "llamacpp:tokens_predicted_seconds_total") > 0.0);
     assert_eq!(value(&m1, "llamacpp:n_tokens_max"), n_prompt + 5.0);
     assert_eq!(value(&m1, "llamacpp:requests_processing"), 0.0);
