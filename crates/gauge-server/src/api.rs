@@ -1,7 +1,7 @@
 //! HTTP routes and the JSON shapes of OpenAI's and llama-server's APIs.
 //!
 //! Every generation handler follows one path: read the body (counting bytes against
-//! `--max-body-bytes`), parse JSON, take an in-flight place (429 beyond `parallel + max_queue`),
+//! `--max-body-bytes`, all of it within `--body-timeout`), parse JSON, take an in-flight place (429 beyond `parallel + max_queue`),
 //! prepare the job on a blocking worker ([`crate::request::prepare`]), hand it to the engine, then
 //! either collect the events into one JSON response or turn them into server-sent events as they
 //! come. The in-flight place is an RAII guard owned by the response (the SSE stream for

@@ -25,12 +25,10 @@ fn jinja_source(cfg: &ServerConfig, model: &Model) -> Option<String> {
         .or_else(|| model.chat_template_text())
 }
 
-/// The template text `/props` shows.
+/// The template text `/props` shows: `--chat-template` if given (a name or Jinja text), else the
+/// model's.
 pub(crate) fn shown_template(cfg: &ServerConfig, model: &Model) -> String {
-    match (&cfg.chat_template, cfg.jinja) {
-        (Some(t), _) => t.clone(),
-        (None, _) => model.chat_template_text().unwrap_or_default(),
-    }
+    jinja_source(cfg, model).unwrap_or_default()
 }
 
 fn environment() -> Environment<'static> {
