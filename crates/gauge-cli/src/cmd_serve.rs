@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// built-in template names (chatml, llama3, gemma, ...).
     #[arg(long, value_name = "NAME|JINJA")]
     pub chat_template: Option<String>,
+    /// Refuse request fields gauge does not know (by default they are accepted and listed in the
+    /// response under `gauge.unknown_fields`).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `--api-key`, else `GAUGE_API_KEY`; a set but empty variable is an error, not "no key": it is
@@ -162,6 +166,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         jinja: args.jinja,
         chat_template: args.chat_template.clone(),
         n_gpu_layers: args.n_gpu_layers,
+        strict: args.strict,
     };
     let model_id = cfg.model_id();
     gauge_server::serve_blocking(cfg, |addr, max_conn| {

@@ -56,6 +56,8 @@ pub struct ServerConfig {
     pub chat_template: Option<String>,
     /// Layers offloaded to the GPU (needs a GPU build; a CPU build refuses more than 0).
     pub n_gpu_layers: u32,
+    /// Refuse request fields gauge does not know (by default they are accepted and reported).
+    pub strict: bool,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +84,7 @@ impl Default for ServerConfig {
             jinja: false,
             chat_template: None,
             n_gpu_layers: 0,
+            strict: false,
         }
     }
 }
