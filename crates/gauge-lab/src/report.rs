@@ -53,7 +53,7 @@ pub(crate) fn stack_note(s: crate::stack::Stack) -> String {
 }
 
 fn cond(s: &ProbeSummary, op: Op, theta: f32) -> Option<&ConditionSummary> {
-    let t = crate::probe::f32_to_decimal_f64(theta);
+    let t = crate::stats::f32_to_decimal_f64(theta);
     s.conditions.iter().find(|c| c.op == op && c.theta == t)
 }
 

@@ -6,11 +6,12 @@
 //! plans — and on a real model the batches, which its logits depend on — are identical.
 
 use gauge_engine::{LlamaSource, Model, ModelOptions, Registry, DEFAULT_MODEL};
-use gauge_lab::json::{compare_json_runs, run_json, JsonConfig, TextCodec};
+use gauge_lab::json::{compare_json_runs, run_json, JsonConfig};
+use gauge_lab::run::Codec;
 use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
 use gauge_lab::stack::Stack;
-use gauge_lab::testing::{word_tokenizer, HashSource, HashSourceConfig};
+use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};
 use gauge_sampling::TokenId;
 use std::path::{Path, PathBuf};
@@ -31,8 +32,7 @@ fn quiet() -> RunControl {
 
 fn hash_probe(root: &Path, cfg: &ProbeConfig) -> ProbeSummary {
     let mut src = HashSource::new(HashSourceConfig::default());
-    let mut tok = word_tokenizer(512);
-    run_probe_with(&mut src, &mut tok, cfg, root, &quiet()).unwrap()
+    run_probe_with(&mut src, &WordCodec::new(512), cfg, root, &quiet()).unwrap()
 }
 
 /// Both stacks of one probe grid; returns (gauge summary, llama summary, agreement).
@@ -90,8 +90,8 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
 
 struct ToyCodec;
 
-impl TextCodec for ToyCodec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+impl Codec for ToyCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
         Ok(text
             .bytes()
             .take(40)
@@ -176,9 +176,7 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
     let root = tmp("real");
     let mut run = |root: &Path, cfg: &ProbeConfig| -> ProbeSummary {
         let mut src = LlamaSource::new(Arc::clone(&model)).unwrap();
-        let m = Arc::clone(&model);
-        let mut tok = move |t: &str| m.tokenize(t, true, false).map_err(|e| e.to_string());
-        run_probe_with(&mut src, &mut tok, cfg, root, &quiet()).unwrap()
+        run_probe_with(&mut src, model.as_ref(), cfg, root, &quiet()).unwrap()
     };
     let (g, l, a) = both(&root, &base, &mut run);
     assert_eq!(a.runs, 3 * (3 * 2 * 2 + 3));

@@ -3,8 +3,9 @@
 
 use gauge_engine::LogitSource;
 use gauge_lab::json::schema::{a2_schemas, json_prompt, SchemaCheck};
-use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary, TextCodec};
-use gauge_lab::probe::fnv1a64;
+use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary};
+use gauge_lab::run::resume::fnv1a64;
+use gauge_lab::run::Codec;
 use gauge_lab::testing::{HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use gauge_sampling::TokenId;
@@ -53,8 +54,8 @@ fn outputs_are_scored_like_the_notes_first_json_and_schema_valid() {
 /// Token pieces chosen so greedy outputs of the hash source hit braces, stop strings and EOG.
 struct ToyCodec;
 
-impl TextCodec for ToyCodec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+impl Codec for ToyCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
         // bytes folded into the vocabulary, capped so prompts stay short
         Ok(text
             .bytes()
@@ -218,9 +219,9 @@ fn json_resume_after_abort_reproduces_the_summary_byte_for_byte() {
 /// The ToyCodec with every prompt one token longer: what a chat template or BOS change does.
 struct LongerPrompts;
 
-impl TextCodec for LongerPrompts {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        let mut v = ToyCodec.tokenize_prompt(text)?;
+impl Codec for LongerPrompts {
+    fn tokenize(&self, text: &str, special: bool) -> Result<Vec<TokenId>, String> {
+        let mut v = ToyCodec.tokenize(text, special)?;
         v.insert(0, 1);
         Ok(v)
     }

@@ -142,7 +142,4 @@ impl Sampler for AdaptiveP {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

@@ -274,9 +274,6 @@ impl Sampler for Dry {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }
 
 /// Expand string sequence breakers against a vocabulary into `[head, tail...]` token breakers,

@@ -100,7 +100,4 @@ impl Sampler for LogitBias {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

@@ -29,7 +29,8 @@ use crate::ops::{softmax_impl, top_k_impl};
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan::{Scan, SortedSoftmax};
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 
 /// The live mirostat v1 stage. `mu` starts at `2 * tau` and returns there on reset.
 #[derive(Clone, Debug)]
@@ -190,7 +191,4 @@ impl Sampler for Mirostat {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

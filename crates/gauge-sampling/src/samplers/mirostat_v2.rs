@@ -27,7 +27,8 @@ use crate::ops::softmax_impl;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan::{Scan, SortedSoftmax};
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 
 /// Past this fraction of the vocabulary kept, the fast path declines and the chain fills and sorts
 /// the whole row once (llama.cpp's cost). Measured on 49152-entry rows at temperature 0.8: on
@@ -204,7 +205,4 @@ impl Sampler for MirostatV2 {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

@@ -90,7 +90,4 @@ impl Sampler for Xtc {
         Shift::Invariant
     }
 
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

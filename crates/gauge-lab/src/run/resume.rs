@@ -9,6 +9,7 @@
 //! uninterrupted one.
 
 use crate::error::LabError;
+use crate::run::RunControl;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +46,7 @@ pub fn ensure_same_prompts<L>(
 /// same directory; any change of configuration or format starts a new one.
 pub fn run_id<C: Serialize>(kind: &str, format: u32, model: &str, config: &C) -> String {
     let json = serde_json::to_string(config).unwrap_or_default();
-    let h = crate::probe::fnv1a64(format!("gauge-{kind}/{format}/{json}").as_bytes());
+    let h = fnv1a64(format!("gauge-{kind}/{format}/{json}").as_bytes());
     let label: String = model
         .chars()
         .map(|c| {
@@ -58,6 +59,13 @@ pub fn run_id<C: Serialize>(kind: &str, format: u32, model: &str, config: &C) ->
         .take(48)
         .collect();
     format!("{kind}-{label}-{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// FNV-1a, 64 bit: stable across platforms and releases (unlike `DefaultHasher`).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Write `bytes` to `path` atomically (temp file + rename).
@@ -240,4 +248,52 @@ pub fn progress_bar(
     bar.set_prefix(label.to_string());
     bar.set_position(done);
     bar
+}
+
+/// Write `value` as pretty JSON (with a final newline) to `dir/name`, atomically.
+pub fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), LabError> {
+    let path = dir.join(name);
+    let json = serde_json::to_string_pretty(value).map_err(|e| LabError::Parse {
+        path: path.clone(),
+        line: 0,
+        message: e.to_string(),
+    })? + "\n";
+    write_atomic(&path, json.as_bytes())
+}
+
+/// Decodes the chunks of a run that are not done yet, counting them across phases so that
+/// [`RunControl::abort_after_chunks`] stops a run at the same point whatever its phases.
+#[derive(Debug)]
+pub(crate) struct ChunkRunner<'a> {
+    ctl: &'a RunControl,
+    chunks_run: usize,
+}
+
+impl<'a> ChunkRunner<'a> {
+    pub fn new(ctl: &'a RunControl) -> Self {
+        ChunkRunner { ctl, chunks_run: 0 }
+    }
+
+    /// For every chunk `0..n_chunks` of `phase` not complete in `log`: `decode(k)` its lines and
+    /// append them durably.
+    pub fn run_phase<L: ChunkLine>(
+        &mut self,
+        log: &mut ChunkLog<L>,
+        phase: u8,
+        n_chunks: usize,
+        mut decode: impl FnMut(usize) -> Result<Vec<L>, LabError>,
+    ) -> Result<(), LabError> {
+        let done = log.done_units(phase);
+        for k in (0..n_chunks).filter(|k| !done.contains(k)) {
+            if self.ctl.abort_after_chunks.is_some_and(|n| self.chunks_run >= n) {
+                return Err(LabError::Aborted {
+                    chunks: self.chunks_run,
+                });
+            }
+            let lines = decode(k)?;
+            log.append(lines)?;
+            self.chunks_run += 1;
+        }
+        Ok(())
+    }
 }
