@@ -49,5 +49,5 @@ pub mod testing;
 
 pub use error::LabError;
 pub use probe::{run_probe, run_probe_with, ProbeConfig, ProbeSummary};
-pub use run::{Codec, Grid, RunControl};
 pub use report::render_table;
+pub use run::{Codec, Grid, RunControl};

@@ -7,9 +7,9 @@
 
 use gauge_engine::{LlamaSource, Model, ModelOptions, Registry, DEFAULT_MODEL};
 use gauge_lab::json::{compare_json_runs, run_json, JsonConfig};
-use gauge_lab::run::Codec;
 use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
+use gauge_lab::run::Codec;
 use gauge_lab::stack::Stack;
 use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};

@@ -3,7 +3,7 @@
 use gauge_engine::LogitSource;
 use gauge_lab::ops::Op;
 use gauge_lab::probe::{run_dir, RawLine};
-use gauge_lab::run::Codec;
+use gauge_lab::run::{Codec, Grid};
 use gauge_lab::testing::{FnCodec, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe, run_probe_with, LabError, ProbeConfig, ProbeSummary, RunControl};
 use std::path::{Path, PathBuf};
@@ -307,14 +307,7 @@ fn zero_point_tracks_the_sources_offset() {
             ..Default::default()
         });
         let tok = WordCodec::new(512);
-        let s = run_probe(
-            &mut src,
-            &tok,
-            &cfg,
-            &tmp(&format!("zp{offset}")),
-            false,
-        )
-        .unwrap();
+        let s = run_probe(&mut src, &tok, &cfg, &tmp(&format!("zp{offset}")), false).unwrap();
         assert_eq!(s.zero_point.positive_fraction, frac);
         // top-1 = offset + noise (< spread) + peak + one echo boost per recent occurrence
         let m = s.zero_point.median_top1_logit;

@@ -87,9 +87,9 @@ pub use candidates::{Candidates, TokenData, TokenId};
 pub use chain::{Chain, ChainBuilder};
 pub use error::{Result, SamplingError};
 pub use order::SamplerType;
+pub use overlay::Overlay;
 pub use params::SamplingParams;
 pub use presets::Preset;
-pub use overlay::Overlay;
 pub use sampler::{CloneSampler, Sampler, Shift};
 pub use vocab::Vocab;
 

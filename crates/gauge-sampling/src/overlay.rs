@@ -401,7 +401,7 @@ mod tests {
         ov.set(0, 2.0); // before the division: read as 2 / 2
         assert!(ov.push_transform(Transform::Div(2.0)));
         ov.set(1, 5.0); // after it: final
-        // a mask at 1.0 (its band a single point; the cut function returns its argument)
+                        // a mask at 1.0 (its band a single point; the cut function returns its argument)
         let at = |_: &StageValues<'_>, c: f32| -> f32 { c };
         assert!(ov.push_transform(Transform::LazyMask {
             lo: 1.0,

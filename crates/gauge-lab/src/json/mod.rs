@@ -259,7 +259,10 @@ pub fn run_json(
     };
     let prompts = tokenize_prompts(
         codec,
-        schemas.iter().zip(&texts).map(|(e, t)| (e.index, t.as_str())),
+        schemas
+            .iter()
+            .zip(&texts)
+            .map(|(e, t)| (e.index, t.as_str())),
         style,
         source.n_vocab(),
     )?;

@@ -86,7 +86,11 @@ impl ProbeConfig {
     /// Check every field; errors name the field and the allowed range.
     pub fn validate(&self) -> Result<(), LabError> {
         check_model(&self.model)?;
-        check_count("prefixes", self.prefixes, crate::prefixes::a1_prefixes().len())?;
+        check_count(
+            "prefixes",
+            self.prefixes,
+            crate::prefixes::a1_prefixes().len(),
+        )?;
         check_count("tokens", self.tokens, MAX_TOKENS)?;
         check_thetas(&self.thetas, ThetaFloor::Positive, true)?;
         check_ops(&self.ops)?;

@@ -32,12 +32,12 @@ pub use config::{ProbeConfig, Role, PROBE_FORMAT};
 pub use raw::{RawLine, RawZeroPoint};
 
 use crate::error::LabError;
-use crate::run::Grid;
 use crate::ops::{Op, SeenSet};
 use crate::prefixes::a1_prefixes;
 use crate::run::codec::{tokenize_prompts, PromptStyle};
 use crate::run::decode::{decode_chunk, DecodeOptions, Observer, PrefixJob};
 use crate::run::resume::{write_atomic, write_json, ChunkRunner};
+use crate::run::Grid;
 use crate::run::{Codec, RunControl, RunSpec};
 use crate::stack::Stack;
 use crate::stats::repeats;

@@ -2,10 +2,10 @@
 //! machinery is [`crate::run::resume`].
 
 use crate::error::LabError;
-use crate::run::Grid;
 use crate::ops::Op;
 use crate::probe::config::{ProbeConfig, Role};
 use crate::run::resume::{open_run_dir, ChunkLine, ChunkLog};
+use crate::run::Grid;
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

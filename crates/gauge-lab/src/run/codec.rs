@@ -80,9 +80,7 @@ pub(crate) fn tokenize_prompts<'a>(
             return Err(err("no tokens".into()));
         }
         if let Some(&t) = ids.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
-            return Err(err(format!(
-                "token {t} outside the vocabulary ({n_vocab})"
-            )));
+            return Err(err(format!("token {t} outside the vocabulary ({n_vocab})")));
         }
         out.push(ids);
     }

@@ -30,8 +30,7 @@ pub trait Observer {
     fn new_row(&mut self) {}
     /// Run `run` of job `job` picked `pick` on `row`, with the group's seen set before `pick`
     /// joins it.
-    fn record(&mut self, _job: usize, _run: usize, _row: &[f32], _seen: &SeenSet, _pick: TokenId) {
-    }
+    fn record(&mut self, _job: usize, _run: usize, _row: &[f32], _seen: &SeenSet, _pick: TokenId) {}
     /// Is the run finished, given its tokens so far (called after every token)?
     fn stop(&mut self, _job: usize, _run: usize, _tokens: &[TokenId]) -> bool {
         false
@@ -194,7 +193,14 @@ fn decode_inner<R>(
                 if st.groups[gi].freed {
                     continue;
                 }
-                decide(source, job.specs, &st.groups[gi], &mut st.chains, opts, &mut sc)?;
+                decide(
+                    source,
+                    job.specs,
+                    &st.groups[gi],
+                    &mut st.chains,
+                    opts,
+                    &mut sc,
+                )?;
                 obs.new_row();
                 let g = &st.groups[gi];
                 let row = source.logits(g.seq)?;

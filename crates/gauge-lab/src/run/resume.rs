@@ -285,7 +285,11 @@ impl<'a> ChunkRunner<'a> {
     ) -> Result<(), LabError> {
         let done = log.done_units(phase);
         for k in (0..n_chunks).filter(|k| !done.contains(k)) {
-            if self.ctl.abort_after_chunks.is_some_and(|n| self.chunks_run >= n) {
+            if self
+                .ctl
+                .abort_after_chunks
+                .is_some_and(|n| self.chunks_run >= n)
+            {
                 return Err(LabError::Aborted {
                     chunks: self.chunks_run,
                 });

@@ -234,11 +234,26 @@ mod tests {
             Err(LabError::Config { field, .. }) => field,
             other => panic!("{other:?}"),
         };
-        assert_eq!(field(check_thetas(&[], ThetaFloor::Positive, false)), "theta");
-        assert_eq!(field(check_thetas(&[1.3], ThetaFloor::Positive, true)), "theta");
-        assert_eq!(field(check_thetas(&[1.0, 0.9], ThetaFloor::One, true)), "theta");
-        assert_eq!(field(check_thetas(&[1.0, 1.0], ThetaFloor::One, true)), "theta");
-        assert_eq!(field(check_thetas(&[1.0, f32::NAN], ThetaFloor::Positive, true)), "theta");
+        assert_eq!(
+            field(check_thetas(&[], ThetaFloor::Positive, false)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.3], ThetaFloor::Positive, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, 0.9], ThetaFloor::One, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, 1.0], ThetaFloor::One, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, f32::NAN], ThetaFloor::Positive, true)),
+            "theta"
+        );
         check_thetas(&[1.0, 0.9], ThetaFloor::Positive, true).unwrap();
         assert_eq!(field(check_ops(&[Op::Ctrl, Op::Ctrl])), "ops");
         assert_eq!(field(check_count("tokens", 0, MAX_TOKENS)), "tokens");

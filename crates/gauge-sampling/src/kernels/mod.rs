@@ -170,34 +170,34 @@ pub(crate) mod testing {
     /// A row of `n` normal logits (on a half-unit grid with `ties`) with `n_edits` random edits:
     /// `(row, overlay, the current values)`.
     pub(crate) fn row_with_edits(
-    n: usize,
-    seed: u64,
-    n_edits: usize,
-    ties: bool,
-) -> (Vec<f32>, Overlay, Vec<f32>) {
-    let mut g = SplitMix64(seed);
-    let row: Vec<f32> = (0..n)
-        .map(|_| {
-            let x = g.next_normal() * 3.0;
-            if ties {
-                (x * 2.0).round() as f32 / 2.0
-            } else {
-                x as f32
-            }
-        })
-        .collect();
-    let mut ov = Overlay::default();
-    ov.reset(n);
-    let mut full = row.clone();
-    for _ in 0..n_edits {
-        let id = (g.next_u64() % n as u64) as usize;
-        let v = ov.get(&row, id) + (g.next_normal() * 4.0) as f32;
-        ov.set(id, v);
-        full[id] = v;
+        n: usize,
+        seed: u64,
+        n_edits: usize,
+        ties: bool,
+    ) -> (Vec<f32>, Overlay, Vec<f32>) {
+        let mut g = SplitMix64(seed);
+        let row: Vec<f32> = (0..n)
+            .map(|_| {
+                let x = g.next_normal() * 3.0;
+                if ties {
+                    (x * 2.0).round() as f32 / 2.0
+                } else {
+                    x as f32
+                }
+            })
+            .collect();
+        let mut ov = Overlay::default();
+        ov.reset(n);
+        let mut full = row.clone();
+        for _ in 0..n_edits {
+            let id = (g.next_u64() % n as u64) as usize;
+            let v = ov.get(&row, id) + (g.next_normal() * 4.0) as f32;
+            ov.set(id, v);
+            full[id] = v;
+        }
+        ov.prepare();
+        (row, ov, full)
     }
-    ov.prepare();
-    (row, ov, full)
-}
 }
 
 #[cfg(test)]

@@ -1042,7 +1042,6 @@ impl SortedSoftmax {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::row_with_edits;
     use crate::synth::SplitMix64;
 
     /// fill + llama.cpp's softmax_impl(sorted) on the current values of "row + overlay".
@@ -1182,5 +1181,4 @@ mod tests {
         let row = vec![f32::NEG_INFINITY; 300];
         assert_eq!(sm.run(&row, &ov), Scan::Ambiguous);
     }
-
 }

@@ -232,12 +232,10 @@ fn heap_replay(
     Scan::Done
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::testing::row_with_edits;
-    use crate::synth::SplitMix64;
 
     /// llama.cpp's top-k on the filled array: `(logit, id)` of the kept entries, in order.
     fn slow_top_k(full: &[f32], k: usize, floor: f32) -> Vec<(f32, u32)> {
@@ -316,5 +314,4 @@ mod tests {
             assert_eq!(buf, slow_top_k(&row, k, 2.0), "k {k}");
         }
     }
-
 }

@@ -141,5 +141,4 @@ impl Sampler for AdaptiveP {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
 }

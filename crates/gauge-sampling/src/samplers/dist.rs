@@ -19,11 +19,11 @@
 //! candidate, with its `p`, as greedy's does.
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::reduce::{current_max, exp_weights};
 use crate::ops::max_logit;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::kernels::reduce::{current_max, exp_weights};
 
 /// Seeded categorical draw from the softmax of the current candidates.
 #[derive(Clone, Debug)]

@@ -6,9 +6,9 @@
 //! gets `selected = None`, which the chain reports as a typed error.
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::reduce::first_max;
 use crate::overlay::Overlay;
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::kernels::reduce::first_max;
 
 /// Argmax in array order.
 #[derive(Clone, Debug)]

@@ -99,5 +99,4 @@ impl Sampler for LogitBias {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
 }

@@ -25,12 +25,12 @@
 //! filled array.
 
 use crate::candidates::Candidates;
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 use crate::ops::{softmax_impl, top_k_impl};
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::kernels::sorted_softmax::SortedSoftmax;
-use crate::kernels::Scan;
 
 /// The live mirostat v1 stage. `mu` starts at `2 * tau` and returns there on reset.
 #[derive(Clone, Debug)]
@@ -190,5 +190,4 @@ impl Sampler for Mirostat {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
 }

@@ -23,12 +23,12 @@
 //! `mu` keeps growing after such a decline it skips the scan for a few steps.
 
 use crate::candidates::Candidates;
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 use crate::ops::softmax_impl;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::kernels::sorted_softmax::SortedSoftmax;
-use crate::kernels::Scan;
 
 /// Past this fraction of the vocabulary kept, the fast path declines and the chain fills and sorts
 /// the whole row once (llama.cpp's cost). Measured on 49152-entry rows at temperature 0.8: on
@@ -204,5 +204,4 @@ impl Sampler for MirostatV2 {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
 }

@@ -491,7 +491,6 @@ impl Sampler for Penalties {
             Shift::Invariant
         }
     }
-
 }
 
 #[cfg(test)]

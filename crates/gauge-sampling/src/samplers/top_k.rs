@@ -8,11 +8,11 @@
 
 use crate::candidates::Candidates;
 use crate::candidates::{TokenData, TokenId};
+use crate::kernels::{top_k::top_k_unique, Scan};
 use crate::ops::top_k_impl;
 use crate::overlay::Overlay;
 use crate::sampler::{FromRow, Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
-use crate::kernels::{top_k::top_k_unique, Scan};
 
 /// Keep the `k` most likely candidates.
 #[derive(Clone, Debug)]

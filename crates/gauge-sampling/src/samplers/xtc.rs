@@ -89,5 +89,4 @@ impl Sampler for Xtc {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
 }
