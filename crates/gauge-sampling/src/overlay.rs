@@ -36,8 +36,9 @@ use crate::candidates::{Candidates, TokenId};
 pub(crate) enum Transform {
     /// `x / t` with `t > 0`: llama.cpp's `temp_impl` (a division, not a multiplication by `1/t`).
     Div(f32),
-    /// A mask whose `cut` is not yet computed but known to lie in `[lo, hi]`.
-    LazyMask { lo: f32, hi: f32, cut: LazyCut },
+    /// A mask whose `cut` is not yet computed but known to lie in `[lo, hi]` (recorded with
+    /// [`Overlay::push_lazy_mask`], which keeps the function that computes the cut).
+    LazyMask { lo: f32, hi: f32 },
 }
 
 /// The exact cut of a lazy mask, computed on first need by the stage's own function from the
@@ -97,6 +98,8 @@ pub struct Overlay {
     /// The edits as the pending `LazyMask` saw them (sorted by id), so later edits cannot change
     /// what its exact cut is computed from.
     mask_snap: Vec<(TokenId, f32, u8)>,
+    /// How the pending lazy mask computes its exact cut.
+    lazy: Option<LazyCut>,
     /// The lazy mask's exact cut, computed on first need.
     lazy_cut: OnceLock<f32>,
 }
@@ -123,6 +126,7 @@ impl Overlay {
         self.xf = [None; MAX_TRANSFORMS];
         self.n_xf = 0;
         self.mask_snap.clear();
+        self.lazy = None;
         self.lazy_cut = OnceLock::new();
     }
 
@@ -223,6 +227,16 @@ impl Overlay {
         true
     }
 
+    /// Record a lazy mask with band `[lo, hi]` whose exact cut `cut` computes; `false` as
+    /// [`Overlay::push_transform`].
+    pub(crate) fn push_lazy_mask(&mut self, lo: f32, hi: f32, cut: LazyCut) -> bool {
+        let ok = self.push_transform(Transform::LazyMask { lo, hi });
+        if ok {
+            self.lazy = Some(cut);
+        }
+        ok
+    }
+
     /// The pending transforms, in the order they apply.
     pub(crate) fn transforms(&self) -> impl Iterator<Item = Transform> + '_ {
         self.xf[..self.n_xf as usize].iter().flatten().copied()
@@ -268,12 +282,13 @@ impl Overlay {
     /// computed on first use by its stage's function over the values the stage saw.
     pub(crate) fn lazy_cut(&self, row: &[f32]) -> f32 {
         *self.lazy_cut.get_or_init(|| {
-            let Some((stage, cut)) = self.transforms().enumerate().find_map(|(i, t)| match t {
-                Transform::LazyMask { cut, .. } => Some((i as u8, cut)),
-                _ => None,
-            }) else {
+            let stage = self
+                .transforms()
+                .position(|t| matches!(t, Transform::LazyMask { .. }));
+            let (Some(stage), Some(cut)) = (stage, self.lazy) else {
                 return f32::NEG_INFINITY;
             };
+            let stage = stage as u8;
             let values = StageValues {
                 ov: self,
                 row,
@@ -403,11 +418,7 @@ mod tests {
         ov.set(1, 5.0); // after it: final
                         // a mask at 1.0 (its band a single point; the cut function returns its argument)
         let at = |_: &StageValues<'_>, c: f32| -> f32 { c };
-        assert!(ov.push_transform(Transform::LazyMask {
-            lo: 1.0,
-            hi: 1.0,
-            cut: LazyCut { f: at, arg: 1.0 },
-        }));
+        assert!(ov.push_lazy_mask(1.0, 1.0, LazyCut { f: at, arg: 1.0 }));
         assert!(
             !ov.push_transform(Transform::Div(3.0)),
             "at most two pending"

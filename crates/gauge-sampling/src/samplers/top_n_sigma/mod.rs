@@ -18,7 +18,7 @@ mod band;
 
 use crate::candidates::Candidates;
 use crate::ops::top_n_sigma_cut;
-use crate::overlay::{LazyCut, Overlay, StageValues, Transform};
+use crate::overlay::{LazyCut, Overlay, StageValues};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 use band::{sigma_band, SigmaBand};
@@ -72,14 +72,14 @@ impl Sampler for TopNSigma {
         match sigma_band(row, ov, self.n) {
             SigmaBand::Invalid => false,
             SigmaBand::NoMask => true,
-            SigmaBand::Band(lo, hi) => ov.push_transform(Transform::LazyMask {
+            SigmaBand::Band(lo, hi) => ov.push_lazy_mask(
                 lo,
                 hi,
-                cut: LazyCut {
+                LazyCut {
                     f: exact_cut,
                     arg: self.n,
                 },
-            }),
+            ),
         }
     }
     /// Invariant: `max - n·std` moves with a common shift (and scales with temperature), so the
@@ -149,16 +149,12 @@ mod tests {
         let mut ov = Overlay::default();
         ov.reset(row.len());
         ov.set(3, 1.0);
-        let mask = |lo, hi| Transform::LazyMask {
-            lo,
-            hi,
-            cut: LazyCut {
-                f: exact_cut,
-                arg: 1.0,
-            },
+        let cut = LazyCut {
+            f: exact_cut,
+            arg: 1.0,
         };
-        assert!(ov.push_transform(mask(-100.0, 100.0)));
-        assert!(!ov.push_transform(mask(0.0, 0.0)), "one lazy mask");
+        assert!(ov.push_lazy_mask(-100.0, 100.0, cut));
+        assert!(!ov.push_lazy_mask(0.0, 0.0, cut), "one lazy mask");
         ov.set(0, 9.0);
         let cut = ov.lazy_cut(&row);
         assert!((cut - (2.0 - (2.0f32 / 3.0).sqrt())).abs() < 1e-6, "{cut}");
