@@ -2,26 +2,69 @@
 //! and whether each stage is shift-invariant.
 
 use crate::sampling_args::SamplingArgs;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
-use gauge_sampling::Chain;
+use gauge_engine::{Model, ModelOptions};
+use gauge_sampling::params::{SamplingParams, DEFAULT_DRY_BREAKERS};
+use gauge_sampling::{Chain, SamplingError};
 
 #[derive(Args, Debug)]
 pub struct ChainArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Vocabulary size to build the chain for (mirostat v1 and logit-bias ranges depend on it).
-    #[arg(long, default_value_t = 32000)]
+    /// With `--model`, the model's.
+    #[arg(long, default_value_t = 32000, conflicts_with = "model")]
     pub n_vocab: usize,
+    /// A model (registry name or GGUF path) whose vocabulary resolves strings: DRY's sequence
+    /// breakers, logit-bias and exemption text, `ignore_eos`.
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
     /// Print the result as JSON instead of llama.cpp's log lines.
     #[arg(long)]
     pub json: bool,
 }
 
+/// The chain for `params`; without a vocabulary, llama.cpp's default DRY breakers (strings) cannot
+/// be resolved to tokens, so the chain is built without them and a note says so: the stage list,
+/// the params block and the shift report do not depend on the breakers.
+fn build(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String>)> {
+    if let Some(name) = &args.model {
+        let model = Model::open(name, ModelOptions::default())
+            .with_context(|| format!("loading model {name}"))?;
+        params.validate(model.n_vocab())?;
+        return Ok((
+            Chain::from_params(params, model.n_vocab(), Some(&model))?,
+            Vec::new(),
+        ));
+    }
+    params.validate(args.n_vocab)?;
+    match Chain::from_params(params, args.n_vocab, None) {
+        Err(SamplingError::NeedsVocab { field, .. })
+            if field == "dry_sequence_breakers"
+                && params.dry_sequence_breakers.is_none()
+                && params.dry_sequence_breaker_ids.is_none() =>
+        {
+            let unresolved = SamplingParams {
+                dry_sequence_breaker_ids: Some(Vec::new()),
+                ..params.clone()
+            };
+            let chain = Chain::from_params(&unresolved, args.n_vocab, None)?;
+            let note = format!(
+                "dry: llama.cpp's default sequence breakers {DEFAULT_DRY_BREAKERS:?} are shown \
+                 unresolved (they are strings and need a vocabulary: pass --model to resolve them)"
+            );
+            Ok((chain, vec![note]))
+        }
+        Err(e @ SamplingError::NeedsVocab { .. }) => Err(anyhow::Error::new(e)
+            .context("pass --model M to resolve strings against its vocabulary")),
+        other => Ok((other?, Vec::new())),
+    }
+}
+
 pub fn run(args: &ChainArgs) -> Result<()> {
     let params = args.sampling.to_params()?;
-    params.validate(args.n_vocab)?;
-    let chain = Chain::from_params(&params, args.n_vocab, None)?;
+    let (chain, notes) = build(args, &params)?;
     let report = chain.shift_report();
     if args.json {
         let stages: Vec<_> = report
@@ -33,6 +76,7 @@ pub fn run(args: &ChainArgs) -> Result<()> {
             "params": params.print_params(),
             "shift_invariant": report.iter().all(|(_, s)| s.is_invariant()),
             "stages": stages,
+            "notes": notes,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -40,6 +84,9 @@ pub fn run(args: &ChainArgs) -> Result<()> {
     println!("sampler seed: {}", params.resolved_seed());
     println!("sampler params: \n{}", params.print_params());
     println!("sampler chain: {}", chain.describe());
+    for note in &notes {
+        println!("note: {note}");
+    }
     println!();
     for (name, s) in &report {
         match s {

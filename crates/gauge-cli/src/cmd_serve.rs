@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cut.
     #[arg(long, default_value_t = 10)]
     pub shutdown_grace: u64,
+    /// Refuse request fields gauge does not know (by default they are accepted and listed in the
+    /// response under `gauge.unknown_fields`).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
@@ -90,6 +94,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         threads: args.threads,
         prefill_chunk: args.prefill_chunk,
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        strict: args.strict,
     };
     let model_id = cfg.model_id();
     gauge_server::serve_blocking(cfg, |addr| {

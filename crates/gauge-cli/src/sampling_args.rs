@@ -7,6 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use gauge_sampling::fields;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::presets::Preset;
 use serde_json::{Map, Value};
@@ -20,6 +21,10 @@ pub struct SamplingArgs {
     /// Start from a task preset: json, code, chat, creative, llama-cpp-default.
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
+    /// Refuse fields of the --params file that gauge does not know (by default they are listed on
+    /// stderr and ignored).
+    #[arg(long)]
+    pub strict: bool,
     /// Temperature (0 = argmax; 1 = off).
     #[arg(long, visible_alias = "temperature", allow_negative_numbers = true)]
     pub temp: Option<f64>,
@@ -155,6 +160,27 @@ fn read_params_file(spec: &str) -> Result<Value> {
     Ok(v)
 }
 
+/// Set `k` in a layer above the ones already in `obj`: the other names of the same setting
+/// (`temp` under `temperature`, `max_tokens` under `n_predict`) are overridden too, not left to
+/// conflict with it.
+fn put(obj: &mut Map<String, Value>, k: &str, v: Value) {
+    clear_setting(obj, k);
+    obj.insert(k.to_string(), v);
+}
+
+/// Remove every name of the setting `k` names.
+fn clear_setting(obj: &mut Map<String, Value>, k: &str) {
+    let canonical = fields::canonical(k);
+    match fields::ALIASES.iter().find(|n| n[0] == canonical) {
+        Some(names) => names.iter().for_each(|n| {
+            obj.remove(*n);
+        }),
+        None => {
+            obj.remove(k);
+        }
+    }
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -179,12 +205,15 @@ impl SamplingArgs {
         }
         if let Some(spec) = &self.params {
             if let Value::Object(m) = read_params_file(spec)? {
+                // The file overrides the preset's names of each setting it mentions; names
+                // within the file itself must agree (checked when the request is parsed).
+                for k in m.keys() {
+                    clear_setting(&mut obj, k);
+                }
                 obj.extend(m);
             }
         }
-        let mut set = |k: &str, v: Value| {
-            obj.insert(k.to_string(), v);
-        };
+        let mut set = |k: &str, v: Value| put(&mut obj, k, v);
         macro_rules! num {
             ($field:ident, $key:expr) => {
                 if let Some(x) = self.$field {
@@ -262,6 +291,16 @@ impl SamplingArgs {
     /// Deserialize and validate into `SamplingParams`.
     pub fn to_params(&self) -> Result<SamplingParams> {
         let obj = self.to_json()?;
+        let unknown = fields::unknown_fields(&obj, &[]);
+        if !unknown.is_empty() {
+            let list = unknown.join("`, `");
+            if self.strict {
+                bail!("--params: unknown field(s) `{list}` (--strict refuses fields gauge does not know)");
+            }
+            eprintln!(
+                "gauge: --params: ignoring unknown field(s) `{list}` (--strict refuses them)"
+            );
+        }
         let params: SamplingParams = serde_json::from_value(Value::Object(obj))
             .map_err(|e| anyhow::anyhow!("sampling parameters: {e}"))?;
         Ok(params)

@@ -16,6 +16,7 @@
 //! - [`ReferenceChain`]: llama.cpp's own sampler chain built from the same
 //!   [`gauge_sampling::params::SamplingParams`], for cross-checks and benchmarks.
 //! - [`Generator`]: the prompt → text loop that `gauge generate` runs.
+//! - [`llama_sampler`]: gauge's samplers as llama-cpp-2 `LlamaSampler`s, for llama.cpp chains.
 //!
 //! ## The decode loop
 //!
@@ -59,6 +60,7 @@ pub mod batch;
 pub mod bench;
 pub mod error;
 pub mod generate;
+pub mod llama_sampler;
 pub mod llama_source;
 pub mod model;
 pub mod reference;

@@ -275,6 +275,15 @@ fn tokens_of(
 ) -> Result<Vec<TokenId>> {
     let vocab = vocab.ok_or_else(|| needs_vocab(field, text))?;
     let toks = vocab.tokenize(text);
+    if toks.is_empty() && field == "logit_bias" {
+        // Dropping the entry would silently ignore the bias the client asked for. (An exemption
+        // of text with no tokens exempts nothing, which is what it says.)
+        return Err(SamplingError::param(
+            field,
+            format!("{text:?}"),
+            "text that tokenizes to at least one token",
+        ));
+    }
     check_ids(field, &toks, n_vocab)?;
     Ok(toks)
 }
@@ -445,8 +454,10 @@ fn build_chain(
                 temp_ext::build(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
             }
             SamplerType::Infill => {
-                return Err(SamplingError::Unsupported(
-                    "the `infill` sampler (gauge has no infill stage)".into(),
+                return Err(SamplingError::param(
+                    "samplers",
+                    "\"infill\"",
+                    "the other sampler names (gauge has no infill stage)",
                 ))
             }
             SamplerType::AdaptiveP => {

@@ -2,8 +2,10 @@
 
 use thiserror::Error;
 
-/// Everything that can go wrong when building or running a chain.
+/// Everything that can go wrong when building or running a chain. New kinds of failure may be
+/// added: match with a wildcard arm.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum SamplingError {
     /// A parameter is outside the range it is allowed to take.
     #[error("invalid value for `{field}`: {value} (allowed: {allowed})")]
@@ -48,9 +50,39 @@ pub enum SamplingError {
     /// A feature llama.cpp has that gauge does not implement.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A field another engine (HF, vLLM, older llama.cpp) reads, set to a value gauge cannot honour.
+    #[error("`{field}` = {value} is not supported: {detail}")]
+    NotSupported {
+        field: String,
+        value: String,
+        detail: String,
+    },
+    /// Two names of one setting (e.g. `max_tokens` and `max_completion_tokens`) with different values.
+    #[error("`{first}` = {first_value} and `{second}` = {second_value} name the same setting with different values; send one of them")]
+    ConflictingAliases {
+        first: String,
+        first_value: String,
+        second: String,
+        second_value: String,
+    },
 }
 
 impl SamplingError {
+    /// The request field this error is about, if it is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            SamplingError::Param { field, .. }
+            | SamplingError::TokenOutOfRange { field, .. }
+            | SamplingError::NeedsVocab { field, .. }
+            | SamplingError::NotSupported { field, .. } => Some(field),
+            SamplingError::ConflictingAliases { first, .. } => Some(first),
+            SamplingError::UnknownSampler(_) | SamplingError::UnknownSamplerLetter(_) => {
+                Some("samplers")
+            }
+            _ => None,
+        }
+    }
+
     /// Shorthand for a parameter error.
     pub fn param(field: &str, value: impl std::fmt::Display, allowed: &str) -> Self {
         SamplingError::Param {

@@ -61,6 +61,7 @@
 pub mod candidates;
 pub mod chain;
 pub mod error;
+pub mod fields;
 pub mod gauge;
 mod kernels;
 pub mod ops;

@@ -106,6 +106,12 @@ pub fn top_k_impl(cur: &mut Candidates, k: i32) {
 
 /// llama.cpp `temp_impl`: `t <= 0` keeps the first maximum (strict `>`) and masks the rest to -inf
 /// without reordering; otherwise divides (not multiplies by 1/t, which rounds differently).
+///
+/// Where the division would overflow f32 ([`temp_overflows`]: a tiny `t`, or logits near f32's
+/// range), llama.cpp's logits become `±inf` and its softmax NaN, so it draws an arbitrary token.
+/// gauge divides `z - max(z)` instead: softmax ignores the shift, so this is the same
+/// distribution, computed without overflow. As `t → 0` it tends to the argmax (exact ties share
+/// the mass), the limit of the `t <= 0` rule. Rows that do not overflow are untouched (bit-exact).
 pub fn temp_impl(cur: &mut Candidates, t: f32) {
     if cur.is_empty() {
         return;
@@ -127,9 +133,31 @@ pub fn temp_impl(cur: &mut Candidates, t: f32) {
         }
         return;
     }
+    // Only t < 1 can overflow; the magnitude pass is skipped otherwise.
+    if t < 1.0 {
+        let (max, max_abs) = s
+            .iter()
+            .filter(|c| c.logit.is_finite())
+            .fold((f32::NEG_INFINITY, 0.0f32), |(m, a), c| {
+                (m.max(c.logit), a.max(c.logit.abs()))
+            });
+        if temp_overflows(max_abs, t) {
+            for c in s.iter_mut() {
+                c.logit = (c.logit - max) / t;
+            }
+            return;
+        }
+    }
     for c in s.iter_mut() {
         c.logit /= t;
     }
+}
+
+/// Whether dividing logits of magnitude up to `max_abs` by `t > 0` overflows f32. Only `t < 1`
+/// can; `max_abs / t` is rounded monotonically, so checking the largest magnitude is enough.
+#[inline]
+pub fn temp_overflows(max_abs: f32, t: f32) -> bool {
+    t < 1.0 && (max_abs / t).is_infinite()
 }
 
 /// llama.cpp's top-n-sigma threshold over the values `vals()` yields (in array order; called twice,

@@ -254,6 +254,32 @@ impl Overlay {
         self.n_xf > 0
     }
 
+    /// An upper bound on `|x|` over the finite values of the row as it stands (raw entries, edits,
+    /// pending divisions), `+inf` when no finite bound holds. Temperature asks this before it
+    /// records a division, which must not overflow (see [`crate::ops::temp_overflows`]).
+    pub(crate) fn max_abs_bound(&self, row: &[f32]) -> f32 {
+        // On the bits: for finite values `|x|`'s bit pattern orders like `|x|`, and non-finite
+        // ones (>= the exponent-all-ones pattern) count as 0. An integer max vectorises.
+        const EXP_ALL_ONES: u32 = 0x7f80_0000;
+        let abs_bits = |x: f32| {
+            let b = x.to_bits() & 0x7fff_ffff;
+            if b < EXP_ALL_ONES {
+                b
+            } else {
+                0
+            }
+        };
+        let bits = row.iter().fold(0u32, |m, &x| m.max(abs_bits(x)));
+        let bits = self.edits.iter().fold(bits, |m, e| m.max(abs_bits(e.1)));
+        let mut m = f32::from_bits(bits);
+        for t in self.transforms() {
+            if let Transform::Div(d) = t {
+                m = (m / d).max(m);
+            }
+        }
+        m
+    }
+
     /// The pending divisor when the only transform is a temperature division (mirostat's fast path
     /// divides as it reads).
     pub(crate) fn only_div(&self) -> Option<f32> {

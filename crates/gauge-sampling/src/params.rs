@@ -3,8 +3,9 @@
 //! A request is a JSON object with the fields llama-server reads (SPEC §2), the OpenAI names it also
 //! accepts, and a few gauge fields. Deserialisation starts from llama.cpp's defaults
 //! (`common_params_sampling`), or from a [`Preset`] when the request names one, and then applies
-//! every field that is present. A JSON `null` counts as absent, and unknown fields are ignored, as in
-//! llama-server. A field of the wrong JSON type is an error that names the field (llama-server logs a
+//! every field that is present. A JSON `null` counts as absent. Fields of other engines that gauge
+//! does not implement (HF's `no_repeat_ngram_size`, vLLM's `min_tokens`, ...) are refused unless
+//! neutral, and unknown names are left to the caller to report ([`crate::fields`]). A field of the wrong JSON type is an error that names the field (llama-server logs a
 //! warning and silently falls back to the default).
 //!
 //! Parsing only checks shapes; ranges are checked by [`SamplingParams::validate`], which knows
@@ -12,11 +13,16 @@
 //!
 //! # Aliases
 //!
-//! | field | also accepted as | precedence when several are present |
+//! Every name present is type-checked; two names of one setting with different values are
+//! [`SamplingError::ConflictingAliases`].
+//!
+//! | field | also accepted as | note |
 //! |---|---|---|
-//! | `temperature` | `temp` | `temperature` |
-//! | `n_probs` | `logprobs` (an integer, or OpenAI's `true` = `top_logprobs`, default 20) | `n_probs` |
-//! | `n_predict` | `max_tokens`, `max_completion_tokens` | in that order |
+//! | `temperature` | `temp` | HF `do_sample: false` sets it to 0 (greedy) |
+//! | `typical_p` | `typ_p` | |
+//! | `n_probs` | `logprobs` (an integer, or OpenAI's `true` = `top_logprobs`, default 20) | `n_probs` first |
+//! | `n_predict` | `max_tokens`, `max_completion_tokens`, `max_new_tokens` (HF) | |
+//! | `repeat_penalty` | `repetition_penalty` (HF, vLLM) | under the HF/vLLM name the window defaults to the whole history (`repeat_last_n: -1`), their scope |
 //! | `samplers` | an array of names, or a string of letters (`"edskypmxt"`) | – |
 //! | `logit_bias` | `[[token, bias], ...]` or `{"token": bias}`; token = id or text; bias `false` = ban | – |
 //!
@@ -50,7 +56,7 @@
 //! | `dynatemp_exponent` | no limit | finite |
 //! | `adaptive_target` | clamped to `<= 1`; `< 0` = off | finite, `<= 1`; `< 0` = off |
 //! | `adaptive_decay` | hard `[0, 0.99]` | same |
-//! | `seed` | `-1` = random | `-1` (= `0xFFFFFFFF`, random) or `0..=4294967295` |
+//! | `seed` | `-1` = random | `0..=4294967294` fixed; `-1` or `4294967295` (`LLAMA_DEFAULT_SEED`, `0xFFFFFFFF`) = random, as llama.cpp |
 //! | `logit_bias` | ids outside the vocab and malformed entries skipped | error; bias finite or `-inf` (`false`) |
 //! | `samplers` | unknown names/letters dropped | error; `infill` is unsupported |
 //! | `n_probs` / `n_predict` | – | `>= 0` / `>= -1` (`-1` = no limit) |
@@ -71,6 +77,7 @@
 
 use crate::candidates::TokenId;
 use crate::error::{Result, SamplingError};
+use crate::fields;
 use crate::order::{self, SamplerType};
 use crate::presets::Preset;
 use crate::rng;
@@ -245,12 +252,11 @@ fn kind(v: &Value) -> &'static str {
 
 /// A type error for `field`: the value's JSON text and what was expected.
 fn type_err(field: &str, v: &Value, expected: &str) -> SamplingError {
-    let mut text = v.to_string();
-    if text.len() > 80 {
-        text.truncate(77);
-        text.push_str("...");
-    }
-    SamplingError::param(field, format!("{text} ({})", kind(v)), expected)
+    SamplingError::param(
+        field,
+        format!("{} ({})", fields::short(v), kind(v)),
+        expected,
+    )
 }
 
 /// The first of `names` present with a non-null value.
@@ -261,6 +267,36 @@ fn lookup<'a>(
     names
         .iter()
         .find_map(|&n| obj.get(n).filter(|v| !v.is_null()).map(|v| (n, v)))
+}
+
+/// One setting that has several names: every present name is converted (so each is type-checked
+/// under its own name), and two present names with different values are an error naming both.
+/// Returns the first present name in `names` order, with its value.
+fn aliased<T: PartialEq + std::fmt::Debug>(
+    obj: &Map<String, Value>,
+    names: &[&'static str],
+    conv: fn(&str, &Value) -> Result<T>,
+) -> Result<Option<(&'static str, T)>> {
+    let mut first: Option<(&'static str, T)> = None;
+    for &n in names {
+        let Some(v) = obj.get(n).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let x = conv(n, v)?;
+        match &first {
+            None => first = Some((n, x)),
+            Some((f, fx)) if *fx != x => {
+                return Err(SamplingError::ConflictingAliases {
+                    first: f.to_string(),
+                    first_value: fields::short(&obj[*f]),
+                    second: n.to_string(),
+                    second_value: fields::short(v),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first)
 }
 
 fn as_f32(field: &str, v: &Value) -> Result<f32> {
@@ -331,6 +367,13 @@ fn key_as_token(key: &str) -> Result<TokenRef> {
             .map(TokenRef::Id)
             .map_err(|_| SamplingError::param("logit_bias", key, "a token id (a 32-bit integer)"));
     }
+    if key.is_empty() {
+        return Err(SamplingError::param(
+            "logit_bias",
+            "\"\"",
+            "a token id or a non-empty string (the empty string names no token)",
+        ));
+    }
     Ok(TokenRef::Text(key.to_string()))
 }
 
@@ -340,6 +383,13 @@ fn parse_logit_bias(v: &Value) -> Result<Vec<LogitBias>> {
         Value::Array(items) => {
             for item in items {
                 match item.as_array().map(|a| a.as_slice()) {
+                    Some([Value::String(t), _]) if t.is_empty() => {
+                        return Err(SamplingError::param(
+                            "logit_bias",
+                            "\"\"",
+                            "a token id or a non-empty string (the empty string names no token)",
+                        ))
+                    }
                     Some([tok, bias]) => out.push(LogitBias {
                         token: as_token_ref("logit_bias", tok)?,
                         bias: as_bias(bias)?,
@@ -424,6 +474,7 @@ impl SamplingParams {
                 kind(v)
             ))
         })?;
+        fields::check_refused(obj)?;
         let mut p = match lookup(obj, &["preset"]) {
             Some((_, Value::String(name))) => name.parse::<Preset>()?.params(),
             Some((f, other)) => return Err(type_err(f, other, "a preset name")),
@@ -432,8 +483,8 @@ impl SamplingParams {
 
         macro_rules! set {
             ($field:ident, $conv:ident, [$($name:literal),+]) => {
-                if let Some((f, v)) = lookup(obj, &[$($name),+]) {
-                    p.$field = $conv(f, v)?;
+                if let Some((_, x)) = aliased(obj, &[$($name),+], $conv)? {
+                    p.$field = x;
                 }
             };
         }
@@ -443,13 +494,20 @@ impl SamplingParams {
         set!(top_k, as_i32, ["top_k"]);
         set!(top_p, as_f32, ["top_p"]);
         set!(min_p, as_f32, ["min_p"]);
-        set!(typical_p, as_f32, ["typical_p"]);
+        set!(typical_p, as_f32, ["typical_p", "typ_p"]);
         set!(xtc_probability, as_f32, ["xtc_probability"]);
         set!(xtc_threshold, as_f32, ["xtc_threshold"]);
         set!(top_n_sigma, as_f32, ["top_n_sigma"]);
         set!(min_keep, as_i32, ["min_keep"]);
         set!(repeat_last_n, as_i32, ["repeat_last_n"]);
-        set!(repeat_penalty, as_f32, ["repeat_penalty"]);
+        if let Some((f, x)) = aliased(obj, &["repeat_penalty", "repetition_penalty"], as_f32)? {
+            p.repeat_penalty = x;
+            // HF's and vLLM's `repetition_penalty` is the same operator (their `< 0` and llama.cpp's
+            // `<= 0` agree at 0) over the whole context: keep that scope unless a window is given.
+            if f == "repetition_penalty" && lookup(obj, &["repeat_last_n"]).is_none() {
+                p.repeat_last_n = -1;
+            }
+        }
         set!(frequency_penalty, as_f32, ["frequency_penalty"]);
         set!(presence_penalty, as_f32, ["presence_penalty"]);
         set!(penalize_prompt, as_bool, ["penalize_prompt"]);
@@ -467,8 +525,29 @@ impl SamplingParams {
         set!(
             n_predict,
             as_i32,
-            ["n_predict", "max_tokens", "max_completion_tokens"]
+            [
+                "n_predict",
+                "max_tokens",
+                "max_completion_tokens",
+                "max_new_tokens"
+            ]
         );
+        // HF `generate`: `do_sample: false` is greedy, whatever the temperature would be.
+        if let Some((f, v)) = lookup(obj, &["do_sample"]) {
+            if !as_bool(f, v)? {
+                if let Some((t, tv)) = lookup(obj, &["temperature", "temp"]) {
+                    if as_f32(t, tv)? > 0.0 {
+                        return Err(SamplingError::ConflictingAliases {
+                            first: "do_sample".into(),
+                            first_value: "false".into(),
+                            second: t.into(),
+                            second_value: fields::short(tv),
+                        });
+                    }
+                }
+                p.temperature = 0.0;
+            }
+        }
 
         if let Some((f, v)) = lookup(obj, &["repeat_penalty_mode"]) {
             p.repeat_penalty_mode = match v.as_str() {
@@ -497,7 +576,7 @@ impl SamplingParams {
             p.seed = match s {
                 -1 => rng::DEFAULT_SEED,
                 0..=0xFFFF_FFFF => s as u32,
-                _ => return Err(SamplingError::param(f, s, "-1 (random) or 0..=4294967295")),
+                _ => return Err(SamplingError::param(f, s, "0..=4294967294 for a fixed seed, or -1 / 4294967295 (LLAMA_DEFAULT_SEED) for a random one")),
             };
         }
         if let Some((_, v)) = lookup(obj, &["samplers"]) {
@@ -505,6 +584,18 @@ impl SamplingParams {
         }
         if let Some((_, v)) = lookup(obj, &["logit_bias"]) {
             p.logit_bias = parse_logit_bias(v)?;
+        }
+        // Both names present: `logprobs` is type-checked too, and a count must agree.
+        if let (Some(n), Some(l)) = (lookup(obj, &["n_probs"]), lookup(obj, &["logprobs"])) {
+            let np = as_i32(n.0, n.1)?;
+            if !l.1.is_boolean() && as_i32(l.0, l.1)? != np {
+                return Err(SamplingError::ConflictingAliases {
+                    first: n.0.into(),
+                    first_value: fields::short(n.1),
+                    second: l.0.into(),
+                    second_value: fields::short(l.1),
+                });
+            }
         }
         match lookup(obj, &["n_probs", "logprobs"]) {
             // OpenAI chat: `logprobs: true` asks for `top_logprobs` alternatives (llama-server: 20).
@@ -707,9 +798,10 @@ impl SamplingParams {
             }
         }
         if self.samplers.contains(&SamplerType::Infill) {
-            return Err(SamplingError::Unsupported(
-                "the `infill` sampler (gauge has no infill stage; remove it from `samplers`)"
-                    .into(),
+            return Err(SamplingError::param(
+                "samplers",
+                "\"infill\"",
+                "the other sampler names (gauge has no infill stage; remove it from `samplers`)",
             ));
         }
         if self.n_probs < 0 {

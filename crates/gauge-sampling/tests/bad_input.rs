@@ -306,20 +306,22 @@ fn logit_bias_banning_every_finite_token_is_no_finite_logit_not_a_banned_token()
 
 #[test]
 fn penalties_that_push_every_token_to_minus_inf_are_no_finite_logit() {
-    // A (finite, accepted) frequency penalty so large that every seen token ends at -inf.
+    // A (finite, accepted) frequency penalty so large that a token seen twice ends at -inf
+    // (2 * 3e38 overflows). Seen once, it is -3e38: finite, and still a candidate.
     let p = parse(
         json!({"seed": 1, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "frequency_penalty": 3e38, "repeat_last_n": -1}),
     );
     let chain = Chain::from_params(&p, 5, None).unwrap();
     for (fast, mut chain) in both_paths(&chain) {
-        for t in [0, 1, 2, 3] {
+        for t in [0, 1, 2, 3, 0, 1, 2, 3] {
             chain.accept_prompt(t);
         }
         assert_eq!(
             chain.sample(&ROW),
             Ok(4),
-            "fast={fast}: the only unseen token"
+            "fast={fast}: the only token not seen twice"
         );
+        chain.accept_prompt(4);
         assert_eq!(
             chain.sample(&ROW),
             Err(SamplingError::NoFiniteLogit),

@@ -135,16 +135,14 @@ fn integral_floats_are_accepted_for_integer_fields() {
 #[test]
 fn server_and_openai_aliases() {
     assert_eq!(parse(json!({"temp": 0.3})).temperature, 0.3);
+    // Two names with different values are a conflict (tests/request_fields.rs); equal values agree.
     assert_eq!(
-        parse(json!({"temperature": 0.5, "temp": 0.3})).temperature,
+        parse(json!({"temperature": 0.5, "temp": 0.5})).temperature,
         0.5
     );
     assert_eq!(parse(json!({"max_tokens": 12})).n_predict, 12);
     assert_eq!(parse(json!({"max_completion_tokens": 13})).n_predict, 13);
-    assert_eq!(
-        parse(json!({"n_predict": 5, "max_tokens": 12})).n_predict,
-        5
-    );
+    assert!(SamplingParams::from_value(&json!({"n_predict": 5, "max_tokens": 12})).is_err());
     assert_eq!(parse(json!({"logprobs": 3})).n_probs, 3);
     assert_eq!(parse(json!({"logprobs": true})).n_probs, 20);
     assert_eq!(
@@ -152,7 +150,10 @@ fn server_and_openai_aliases() {
         4
     );
     assert_eq!(parse(json!({"logprobs": false})).n_probs, 0);
-    assert_eq!(parse(json!({"n_probs": 2, "logprobs": 7})).n_probs, 2);
+    assert_eq!(parse(json!({"n_probs": 2, "logprobs": true})).n_probs, 2);
+    assert_eq!(parse(json!({"n_probs": 2, "logprobs": 2})).n_probs, 2);
+    assert!(SamplingParams::from_value(&json!({"n_probs": 2, "logprobs": 7})).is_err());
+    assert!(SamplingParams::from_value(&json!({"n_probs": 2, "logprobs": "x"})).is_err());
 }
 
 #[test]
@@ -317,15 +318,15 @@ fn infill_is_recognised_but_unsupported() {
     let p = parse(json!({"samplers": ["top_k", "infill"]}));
     assert!(matches!(
         p.validate(100),
-        Err(SamplingError::Unsupported(_))
+        Err(SamplingError::Param { field, .. }) if field == "samplers"
     ));
     assert!(matches!(
         Chain::from_params(&p, 100, None),
-        Err(SamplingError::Unsupported(_))
+        Err(SamplingError::Param { field, .. }) if field == "samplers"
     ));
     assert!(matches!(
         Chain::from_params(&parse(json!({"samplers": "ki"})), 100, None),
-        Err(SamplingError::Unsupported(_))
+        Err(SamplingError::Param { field, .. }) if field == "samplers"
     ));
 }
 

@@ -223,7 +223,7 @@ struct Meta {
     logprobs: bool,
     include_usage: bool,
     return_tokens: bool,
-    /// `"gauge": {...}` when the request asked for `echo_chain`.
+    /// `"gauge": {...}` when the request asked for `echo_chain` or sent unknown fields.
     echo: Option<Value>,
     /// llama-server's `generation_settings`.
     settings: Value,
@@ -251,13 +251,21 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         Endpoint::Completions => "cmpl",
         Endpoint::Native => "gauge",
     };
-    let echo = prep.echo_chain.then(|| {
+    let mut echo = prep.echo_chain.then(|| {
         json!({
             "chain": prep.chain.describe(),
             "seed": prep.params.seed,
             "params": prep.params.to_value(),
         })
     });
+    if !prep.unknown_fields.is_empty() {
+        // Accepted as llama-server accepts them, but never in silence: in the log and the response.
+        eprintln!(
+            "gauge serve: {prefix}-{n}: unknown request fields ignored: {}",
+            prep.unknown_fields.join(", ")
+        );
+        echo.get_or_insert_with(|| json!({}))["unknown_fields"] = json!(prep.unknown_fields);
+    }
     let mut settings = prep.params.to_value();
     if let Value::Object(m) = &mut settings {
         m.insert("n_predict".into(), json!(prep.max_tokens));

@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub prefill_chunk: usize,
     /// After SIGINT/SIGTERM, how long in-flight requests may run before they are cut.
     pub shutdown_grace: Duration,
+    /// Refuse request fields gauge does not know (by default they are accepted and reported).
+    pub strict: bool,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +57,7 @@ impl Default for ServerConfig {
             threads: 0,
             prefill_chunk: 256,
             shutdown_grace: Duration::from_secs(10),
+            strict: false,
         }
     }
 }

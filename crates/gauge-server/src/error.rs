@@ -160,21 +160,18 @@ impl IntoResponse for ApiError {
 
 impl From<SamplingError> for ApiError {
     fn from(e: SamplingError) -> Self {
-        let param = match &e {
-            SamplingError::Param { field, .. }
-            | SamplingError::TokenOutOfRange { field, .. }
-            | SamplingError::NeedsVocab { field, .. } => Some(field.as_str()),
-            SamplingError::UnknownSampler(_) | SamplingError::UnknownSamplerLetter(_) => {
-                Some("samplers")
-            }
-            _ => None,
-        };
+        let param = e.field();
         // Every message names the field, even where the library's wording does not.
         let msg = match param {
             Some(p) if !e.to_string().contains(p) => format!("`{p}`: {e}"),
             _ => e.to_string(),
         };
-        ApiError::invalid(param, msg)
+        let err = ApiError::invalid(param, msg);
+        match e {
+            SamplingError::NotSupported { .. } => err.with_code("unsupported_value"),
+            SamplingError::ConflictingAliases { .. } => err.with_code("conflicting_fields"),
+            _ => err,
+        }
     }
 }
 

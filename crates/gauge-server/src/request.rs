@@ -18,6 +18,7 @@
 //!   silently dropping a constraint the client relies on is worse than an error.
 
 use gauge_engine::Model;
+use gauge_sampling::fields;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{rng, Chain, TokenId};
 use serde_json::{Map, Value};
@@ -57,7 +58,36 @@ pub(crate) struct Prepared {
     pub params: SamplingParams,
     /// The prompt text after the chat template (for `/completion`'s `prompt`).
     pub prompt_text: String,
+    /// Request fields gauge does not know: accepted (as llama-server does), reported back.
+    pub unknown_fields: Vec<String>,
 }
+
+/// The server's own request fields (the sampling ones are in [`gauge_sampling::fields`]).
+pub(crate) const SERVER_FIELDS: &[&str] = &[
+    "messages",
+    "prompt",
+    "stream",
+    "stream_options",
+    "stop",
+    "n",
+    "n_cmpl",
+    "best_of",
+    "echo",
+    "suffix",
+    "tools",
+    "functions",
+    "tool_choice",
+    "parallel_tool_calls",
+    "grammar",
+    "json_schema",
+    "response_format",
+    "post_sampling_probs",
+    "echo_chain",
+    "return_tokens",
+    "n_keep",
+    "t_max_predict_ms",
+    "t_max_prompt_ms",
+];
 
 fn obj(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     body.as_object()
@@ -123,6 +153,16 @@ fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
             return Err(ApiError::unsupported(
                 "response_format",
                 "only `response_format: {\"type\": \"text\"}` is supported (no JSON mode or schema)",
+            ));
+        }
+    }
+    for name in ["t_max_predict_ms", "t_max_prompt_ms"] {
+        if get(o, name).is_some_and(|v| v.as_f64().is_none_or(|x| x > 0.0)) {
+            return Err(ApiError::unsupported(
+                name,
+                format!(
+                    "`{name}` (a time limit) is not supported: limit generation with `max_tokens`"
+                ),
             ));
         }
     }
@@ -312,8 +352,24 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ApiError> {
     let o = obj(body)?;
     refuse_unsupported(o)?;
+    let unknown_fields = fields::unknown_fields(o, SERVER_FIELDS);
+    if cfg.strict && !unknown_fields.is_empty() {
+        let names: Vec<String> = unknown_fields.iter().map(|f| format!("`{f}`")).collect();
+        return Err(ApiError::unsupported(
+            &unknown_fields[0],
+            format!(
+                "unknown field{} {} (the server runs with --strict; see docs/server.md for the \
+                 accepted fields)",
+                if names.len() > 1 { "s" } else { "" },
+                names.join(", ")
+            ),
+        )
+        .with_code("unknown_field"));
+    }
     let mut params = SamplingParams::from_value(body)?;
-    params.validate(model.n_vocab())?;
+    params
+        .validate(model.n_vocab())
+        .map_err(|e| fields::name_as_sent(e, body))?;
 
     // Server limits, each naming the field the client used.
     let max_tokens = if params.n_predict < 0 {
@@ -417,5 +473,6 @@ pub(crate) fn prepare(
         return_tokens,
         params,
         prompt_text,
+        unknown_fields,
     })
 }

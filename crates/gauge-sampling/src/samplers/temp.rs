@@ -10,7 +10,7 @@
 //! f32 division per element). The `t <= 0` mask depends on the whole row and takes the slow path.
 
 use crate::candidates::Candidates;
-use crate::ops::temp_impl;
+use crate::ops::{temp_impl, temp_overflows};
 use crate::overlay::{Overlay, Transform};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
@@ -37,8 +37,11 @@ impl Sampler for Temp {
     fn apply(&mut self, cur: &mut Candidates) {
         temp_impl(cur, self.t);
     }
-    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
-        self.t > 0.0 && self.t.is_finite() && ov.push_transform(Transform::Div(self.t))
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        self.t > 0.0
+            && self.t.is_finite()
+            && !(self.t < 1.0 && temp_overflows(ov.max_abs_bound(row), self.t))
+            && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: a shift `c` becomes a shift `c / t`, which softmax ignores (up to f32 rounding);
     /// the `t <= 0` argmax does not depend on a shift at all.

@@ -10,7 +10,7 @@
 //!   stored as f32 and then divided in f64). The array stays sorted with normalised `p`.
 
 use crate::candidates::Candidates;
-use crate::ops::{softmax_impl, temp_impl};
+use crate::ops::{softmax_impl, temp_impl, temp_overflows};
 use crate::overlay::{Overlay, Transform};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
@@ -80,10 +80,11 @@ impl Sampler for TempExt {
     }
     /// Plain temperature (`delta <= 0`, `t > 0`) is a pending division on the chain's row fast
     /// path (see `temp`); the dynamic form needs the whole sorted softmax.
-    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
         self.delta <= 0.0
             && self.t > 0.0
             && self.t.is_finite()
+            && !(self.t < 1.0 && temp_overflows(ov.max_abs_bound(row), self.t))
             && ov.push_transform(Transform::Div(self.t))
     }
     /// Invariant: the entropy and the softmax ignore a common shift, and dividing a shift by the

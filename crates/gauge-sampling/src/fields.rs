@@ -1,0 +1,465 @@
+//! Every request field name gauge knows, and what it does with each.
+//!
+//! Clients arrive with four vocabularies: llama-server's, OpenAI's, HF `generate`'s and vLLM's
+//! `SamplingParams`. A field that one of them sends is either **honoured** with the same meaning
+//! (under its own name or as an alias), or **refused** with an error that names it and says what to
+//! use instead. It is never dropped in silence: dropping `repetition_penalty` would run a request
+//! without the penalty its author asked for. Names gauge does not know at all are *unknown*: they
+//! are accepted, as llama-server accepts them, but reported ([`unknown_fields`]), and refused in
+//! strict mode.
+//!
+//! The tables here are the one list: [`crate::params::SamplingParams::from_value`] parses
+//! [`SAMPLING_FIELDS`], checks [`ALIASES`] and [`REFUSED`]; the server adds its own names (prompt,
+//! messages, stream, ...) when it looks for unknown ones.
+
+use crate::error::{Result, SamplingError};
+use serde_json::{Map, Value};
+
+/// Names of one setting; the canonical (llama-server) name first. Every name present in a request
+/// is type-checked, and two present names with different values are an error.
+pub const ALIASES: &[&[&str]] = &[
+    &["temperature", "temp"],
+    &["typical_p", "typ_p"],
+    &[
+        "n_predict",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_new_tokens",
+    ],
+    &["repeat_penalty", "repetition_penalty"],
+];
+
+/// The canonical name of an alias (itself when it is not one).
+pub fn canonical(name: &str) -> &str {
+    ALIASES
+        .iter()
+        .find(|names| names.contains(&name))
+        .map_or(name, |names| names[0])
+}
+
+/// Every sampling field [`crate::params::SamplingParams::from_value`] reads, aliases included.
+pub const SAMPLING_FIELDS: &[&str] = &[
+    "preset",
+    "temperature",
+    "temp",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "typ_p",
+    "xtc_probability",
+    "xtc_threshold",
+    "top_n_sigma",
+    "min_keep",
+    "repeat_last_n",
+    "repeat_penalty",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "repeat_penalty_mode",
+    "penalize_prompt",
+    "penalty_once_per_token",
+    "penalty_exempt",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "dry_sequence_breaker_ids",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "adaptive_target",
+    "adaptive_decay",
+    "seed",
+    "samplers",
+    "logit_bias",
+    "ignore_eos",
+    "n_probs",
+    "logprobs",
+    "top_logprobs",
+    "n_predict",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_new_tokens",
+    "do_sample",
+];
+
+/// A field gauge recognises but does not implement. Its neutral value (the one that changes
+/// nothing) is accepted; anything else is refused with `instead`.
+#[derive(Debug)]
+pub struct Refused {
+    pub name: &'static str,
+    /// Who sends it.
+    pub from: &'static str,
+    /// The value(s) accepted because they change nothing, as text for the error.
+    pub neutral_text: &'static str,
+    neutral: fn(&Value) -> bool,
+    /// What to use instead.
+    pub instead: &'static str,
+}
+
+fn num_is(x: f64) -> impl Fn(&Value) -> bool {
+    move |v| v.as_f64() == Some(x)
+}
+fn is_zero(v: &Value) -> bool {
+    num_is(0.0)(v)
+}
+fn is_one(v: &Value) -> bool {
+    num_is(1.0)(v)
+}
+fn is_false(v: &Value) -> bool {
+    v == &Value::Bool(false)
+}
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    }
+}
+fn is_true(v: &Value) -> bool {
+    v == &Value::Bool(true)
+}
+
+const MIN_LEN: &str = "gauge has no minimum length: use `ignore_eos: true` with `max_tokens`, \
+                       or a `logit_bias` on the end-of-generation token";
+const BEAMS: &str = "gauge samples one sequence and does no beam search: use sampling, or \
+                     `temperature: 0` for greedy";
+
+/// Fields of HF `generate`, vLLM and older llama.cpp that gauge refuses unless neutral.
+pub const REFUSED: &[Refused] = &[
+    Refused {
+        name: "min_tokens",
+        from: "vLLM",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: MIN_LEN,
+    },
+    Refused {
+        name: "min_new_tokens",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: MIN_LEN,
+    },
+    Refused {
+        name: "min_length",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: MIN_LEN,
+    },
+    Refused {
+        name: "max_length",
+        from: "HF generate",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "`max_length` counts the prompt too; use `max_tokens` (new tokens only)",
+    },
+    Refused {
+        name: "top_a",
+        from: "KoboldCpp / text-generation-webui",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "top-a is not one of llama.cpp's samplers; `min_p` is the closest (a cut \
+                  relative to the top probability)",
+    },
+    Refused {
+        name: "tfs_z",
+        from: "older llama.cpp",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: "tail-free sampling was removed from llama.cpp; use `min_p` or `top_n_sigma`",
+    },
+    Refused {
+        name: "penalize_nl",
+        from: "older llama.cpp",
+        neutral_text: "false",
+        neutral: is_false,
+        instead: "removed from llama.cpp (newlines are penalised like any token); exempt a \
+                  token from the penalties with `penalty_exempt`",
+    },
+    Refused {
+        name: "epsilon_cutoff",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "use `min_p` (a cut relative to the top probability)",
+    },
+    Refused {
+        name: "eta_cutoff",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "use `min_p` or `typical_p`",
+    },
+    Refused {
+        name: "no_repeat_ngram_size",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "use DRY (`dry_multiplier`, `dry_allowed_length`), which penalises repeated \
+                  sequences",
+    },
+    Refused {
+        name: "encoder_repetition_penalty",
+        from: "HF generate",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: "gauge runs decoder-only models; use `repeat_penalty`",
+    },
+    Refused {
+        name: "length_penalty",
+        from: "HF generate / vLLM",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "use_beam_search",
+        from: "vLLM",
+        neutral_text: "false",
+        neutral: is_false,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "num_beams",
+        from: "HF generate",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "num_beam_groups",
+        from: "HF generate",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "diversity_penalty",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "early_stopping",
+        from: "HF generate / vLLM",
+        neutral_text: "false",
+        neutral: is_false,
+        instead: BEAMS,
+    },
+    Refused {
+        name: "penalty_alpha",
+        from: "HF generate",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "contrastive search is not supported; use sampling",
+    },
+    Refused {
+        name: "num_return_sequences",
+        from: "HF generate",
+        neutral_text: "1",
+        neutral: is_one,
+        instead: "one sequence per request; send several requests with different seeds",
+    },
+    Refused {
+        name: "bad_words_ids",
+        from: "HF generate",
+        neutral_text: "[]",
+        neutral: is_empty,
+        instead: "ban single tokens with `logit_bias: [[id, false]]`",
+    },
+    Refused {
+        name: "bad_words",
+        from: "vLLM",
+        neutral_text: "[]",
+        neutral: is_empty,
+        instead: "ban tokens with `logit_bias: [[\"word\", false]]`",
+    },
+    Refused {
+        name: "suppress_tokens",
+        from: "HF generate",
+        neutral_text: "[]",
+        neutral: is_empty,
+        instead: "ban tokens with `logit_bias: [[id, false]]`",
+    },
+    Refused {
+        name: "sequence_bias",
+        from: "HF generate",
+        neutral_text: "{}",
+        neutral: is_empty,
+        instead: "bias single tokens with `logit_bias`",
+    },
+    Refused {
+        name: "allowed_token_ids",
+        from: "vLLM",
+        neutral_text: "[]",
+        neutral: is_empty,
+        instead: "ban the other tokens with `logit_bias`, or constrain output with a grammar \
+                  when gauge supports one",
+    },
+    Refused {
+        name: "stop_token_ids",
+        from: "vLLM",
+        neutral_text: "[]",
+        neutral: is_empty,
+        instead: "use `stop` strings (end-of-generation tokens always stop unless \
+                  `ignore_eos` is set)",
+    },
+    Refused {
+        name: "include_stop_str_in_output",
+        from: "vLLM",
+        neutral_text: "false",
+        neutral: is_false,
+        instead: "the matched stop string is not included in the output",
+    },
+    Refused {
+        name: "prompt_logprobs",
+        from: "vLLM",
+        neutral_text: "0",
+        neutral: is_zero,
+        instead: "only generated tokens have log-probabilities (`logprobs`)",
+    },
+    Refused {
+        name: "skip_special_tokens",
+        from: "vLLM",
+        neutral_text: "true",
+        neutral: is_true,
+        instead: "special tokens are always left out of the text",
+    },
+    Refused {
+        name: "guided_json",
+        from: "vLLM",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "constrained decoding is not supported yet",
+    },
+    Refused {
+        name: "guided_regex",
+        from: "vLLM",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "constrained decoding is not supported yet",
+    },
+    Refused {
+        name: "guided_choice",
+        from: "vLLM",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "constrained decoding is not supported yet",
+    },
+    Refused {
+        name: "guided_grammar",
+        from: "vLLM",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "constrained decoding is not supported yet",
+    },
+    Refused {
+        name: "structured_outputs",
+        from: "vLLM",
+        neutral_text: "none",
+        neutral: |_| false,
+        instead: "constrained decoding is not supported yet",
+    },
+];
+
+/// Accepted, with no effect on the generated tokens (identification, bookkeeping, caching hints).
+pub const NO_EFFECT_FIELDS: &[&str] = &[
+    "model",
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "cache_prompt",
+    "id_slot",
+    "timings_per_token",
+    "return_progress",
+    "use_cache",
+    "pad_token_id",
+    "output_scores",
+    "return_dict_in_generate",
+];
+
+/// Refuse a field of [`REFUSED`] set to anything but its neutral value.
+pub fn check_refused(obj: &Map<String, Value>) -> Result<()> {
+    for r in REFUSED {
+        if let Some(v) = obj.get(r.name).filter(|v| !v.is_null()) {
+            if !(r.neutral)(v) {
+                return Err(SamplingError::NotSupported {
+                    field: r.name.to_string(),
+                    value: short(v),
+                    detail: format!(
+                        "{} (a {} field; accepted only as {})",
+                        r.instead, r.from, r.neutral_text
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The names in `obj` that gauge does not know (neither sampling, refused, no-effect, nor one of
+/// `also_known`), sorted.
+pub fn unknown_fields(obj: &Map<String, Value>, also_known: &[&str]) -> Vec<String> {
+    let known = |k: &str| {
+        SAMPLING_FIELDS.contains(&k)
+            || NO_EFFECT_FIELDS.contains(&k)
+            || REFUSED.iter().any(|r| r.name == k)
+            || also_known.contains(&k)
+    };
+    let mut out: Vec<String> = obj.keys().filter(|k| !known(k)).cloned().collect();
+    out.sort();
+    out
+}
+
+/// A value's JSON text, cut for an error message.
+pub(crate) fn short(v: &Value) -> String {
+    let mut text = v.to_string();
+    if text.len() > 80 {
+        let mut cut = 77;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+/// Rename the field of a range error to the alias the client sent: `validate` knows the canonical
+/// name only, but an error about `n_predict` puzzles a client that sent `max_tokens`.
+pub fn name_as_sent(err: SamplingError, request: &Value) -> SamplingError {
+    let Some(obj) = request.as_object() else {
+        return err;
+    };
+    let sent = |field: &str| -> Option<String> {
+        let names = ALIASES.iter().find(|names| names[0] == field)?;
+        if obj.get(field).is_some_and(|v| !v.is_null()) {
+            return None;
+        }
+        names
+            .iter()
+            .find(|n| obj.get(**n).is_some_and(|v| !v.is_null()))
+            .map(|n| n.to_string())
+    };
+    match err {
+        SamplingError::Param {
+            field,
+            value,
+            allowed,
+        } => SamplingError::Param {
+            field: sent(&field).unwrap_or(field),
+            value,
+            allowed,
+        },
+        other => other,
+    }
+}
