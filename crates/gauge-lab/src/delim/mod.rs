@@ -28,15 +28,13 @@ pub mod predict;
 
 use crate::error::LabError;
 use crate::ops::{Op, SeenSet};
-use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
+use crate::plot::{line_chart_svg, LineChart, Series};
 use crate::run::codec::{tokenize_prompts, PromptStyle};
 use crate::run::decode::{decode_chunk, Observer, PrefixJob};
-use crate::run::resume::{
-    open_run_dir, progress_bar, write_atomic, write_json, ChunkLine, ChunkLog, ChunkRunner,
-};
+use crate::run::resume::{open_run, progress_bar, write_outputs, ChunkLine, ChunkRunner};
 use crate::run::spec::{
-    check_alpha, check_count, check_model, check_ops, check_thetas, Chunking, Grid, ThetaFloor,
-    MAX_TOKENS,
+    check_alpha, check_count, check_in_plan, check_model, check_ops, check_thetas, Chunking, Grid,
+    ThetaFloor, MAX_TOKENS,
 };
 use crate::run::{op_theta_plan, Codec, RunControl, RunSpec};
 use crate::stack::Stack;
@@ -421,22 +419,11 @@ pub fn run_delim(
             ));
         }
     }
-    let dir = open_run_dir(out_root, &cfg.run_id(), cfg)?;
     let plan = cfg.plan();
     let chunking = cfg.chunking();
     let expected = |(_, chunk): (u8, usize)| chunking.chunk(chunk).len() * plan.len();
     let check = |l: &DelimLine| -> Result<(), String> {
-        let spec = plan.get(l.run).ok_or("run outside the plan")?;
-        if l.prompt >= cfg.prompts
-            || !chunking.chunk(l.chunk).contains(&l.prompt)
-            || spec.op != l.op
-            || spec.theta != l.theta
-        {
-            return Err(format!(
-                "line for prompt {} run {} does not match the plan",
-                l.prompt, l.run
-            ));
-        }
+        check_in_plan(&plan, &chunking, (l.prompt, l.chunk, l.run), l.op, l.theta)?;
         let n = l.positions.len();
         if n != cfg.tokens
             || !l.positions.is_consistent()
@@ -453,8 +440,7 @@ pub fn run_delim(
         }
         Ok(())
     };
-    let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    crate::run::resume::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+    let (dir, mut log) = open_run(out_root, &cfg.run_id(), cfg, &expected, &check, |l| {
         l.prompt_tokens == prompts[l.prompt].len()
     })?;
     let done = log.done_units(0);
@@ -471,13 +457,7 @@ pub fn run_delim(
     let mut tags: HashMap<TokenId, Tags> = HashMap::new();
     ChunkRunner::new(ctl).run_phase(&mut log, 0, chunking.n_chunks(), |k| {
         let range = chunking.chunk(k);
-        let jobs: Vec<PrefixJob<'_, ()>> = range
-            .clone()
-            .map(|p| PrefixJob {
-                prompt: &prompts[p],
-                specs: &plan,
-            })
-            .collect();
+        let jobs = PrefixJob::same_plan(&prompts, range.clone(), &plan);
         let mut obs = PositionLog {
             facts: None,
             positions: vec![vec![Positions::with_capacity(cfg.tokens); plan.len()]; jobs.len()],
@@ -534,20 +514,14 @@ pub fn run_delim(
     })?;
     bar.finish_and_clear();
     let summary = analyze(cfg, &log.lines);
-    write_json(&dir, "summary.json", &summary)?;
-    let mut plots = Vec::new();
-    if ctl.plots {
-        write_svg_png(
-            &dir,
-            "delim_vs_theta",
-            &line_chart_svg(&delim_chart(&summary)),
-        )?;
-        plots.push("delim_vs_theta".to_string());
-    }
-    write_atomic(
-        &dir.join("REPORT.md"),
-        delim_report(cfg, &summary, &plots).as_bytes(),
-    )?;
+    let plots = if ctl.plots {
+        vec![("delim_vs_theta", line_chart_svg(&delim_chart(&summary)))]
+    } else {
+        Vec::new()
+    };
+    write_outputs(&dir, &summary, plots, |names| {
+        delim_report(cfg, &summary, names)
+    })?;
     if let Some(details) = summary.gate_failure() {
         return Err(LabError::GateFailed { details });
     }
@@ -852,15 +826,10 @@ pub fn render_delim_table(s: &DelimSummary) -> String {
         "validity gate (θ = 1 flips 0 for every op): {}",
         if pass { "PASS" } else { "FAIL" }
     );
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
     let _ = writeln!(
         o,
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        s.forward_tokens, s.naive_forward_tokens, saved
+        "{}",
+        crate::report::work_line(s.forward_tokens, s.naive_forward_tokens)
     );
     o
 }
@@ -1014,14 +983,7 @@ fn delim_report(cfg: &DelimConfig, s: &DelimSummary, plots: &[String]) -> String
             c(&op.two_sided)
         );
     }
-    let _ = writeln!(
-        o,
-        "\nWork: {} forward tokens evaluated vs {} for a naive run.\n",
-        s.forward_tokens, s.naive_forward_tokens
-    );
-    for p in plots {
-        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
-    }
+    crate::report::work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
     let _ = writeln!(
         o,
         "Definitions. Flip: emitted ≠ pre-penalty top-1 (first argmax of the fp32 row). Clean: top-1 seen, z_top > 0, runner-up unseen; the note's predictor is `g < z_top·(1 − 1/θ)` on raw logits for every op. gauge's two-sided predictor: flip ⟺ `z_top − z_u < m`, u the best unseen token, m = z_top − f(z_top) for the op's own f (ctrl: `z(1 − 1/θ)` above 0, `(θ − 1)|z|` at or below; normalized: `(θ − 1)·(−ln p_top)`; subtractive: α). Delimiter: the pre-penalty top-1 decodes (stripped) to nothing or only `{{}}[]()\"',:;=`; brackets-only drops whitespace-only tokens and `'`. Delimiter-flip rate: per record #(flip ∧ delimiter) / #positions, averaged over records. Confidence contrast: seen top-1s with z_top > 0, two-sample bootstrap ({} resamples, seed {}).",

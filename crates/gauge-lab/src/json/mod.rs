@@ -16,15 +16,13 @@ pub mod schema;
 
 use crate::error::LabError;
 use crate::ops::Op;
-use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
+use crate::plot::{line_chart_svg, LineChart, Series};
 use crate::run::codec::{tokenize_prompts, PromptStyle};
 use crate::run::decode::{decode_chunk, Observer, PrefixJob};
-use crate::run::resume::{
-    open_run_dir, progress_bar, write_atomic, write_json, ChunkLine, ChunkLog, ChunkRunner,
-};
+use crate::run::resume::{open_run, progress_bar, write_outputs, ChunkLine, ChunkRunner};
 use crate::run::spec::{
-    check_alpha, check_count, check_model, check_ops, check_thetas, Chunking, Grid, ThetaFloor,
-    MAX_TOKENS,
+    check_alpha, check_count, check_in_plan, check_model, check_ops, check_thetas, Chunking, Grid,
+    ThetaFloor, MAX_TOKENS,
 };
 use crate::run::{op_theta_plan, Codec, RunControl, RunSpec};
 use crate::stack::Stack;
@@ -266,26 +264,12 @@ pub fn run_json(
         style,
         source.n_vocab(),
     )?;
-    let dir = open_run_dir(out_root, &cfg.run_id(), cfg)?;
     let plan = cfg.plan();
     let chunking = cfg.chunking();
     let expected = |(_, chunk): (u8, usize)| chunking.chunk(chunk).len() * plan.len();
-    let check = |l: &JsonLine| -> Result<(), String> {
-        let spec = plan.get(l.run).ok_or("run outside the plan")?;
-        if l.schema >= cfg.schemas
-            || !chunking.chunk(l.chunk).contains(&l.schema)
-            || spec.op != l.op
-            || spec.theta != l.theta
-        {
-            return Err(format!(
-                "line for schema {} run {} does not match the plan",
-                l.schema, l.run
-            ));
-        }
-        Ok(())
-    };
-    let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    crate::run::resume::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+    let check =
+        |l: &JsonLine| check_in_plan(&plan, &chunking, (l.schema, l.chunk, l.run), l.op, l.theta);
+    let (dir, mut log) = open_run(out_root, &cfg.run_id(), cfg, &expected, &check, |l| {
         l.prompt_tokens == prompts[l.schema].len()
     })?;
     let done = log.done_units(0);
@@ -299,13 +283,7 @@ pub fn run_json(
     );
     ChunkRunner::new(ctl).run_phase(&mut log, 0, chunking.n_chunks(), |k| {
         let range = chunking.chunk(k);
-        let jobs: Vec<PrefixJob<'_, ()>> = range
-            .clone()
-            .map(|s| PrefixJob {
-                prompt: &prompts[s],
-                specs: &plan,
-            })
-            .collect();
+        let jobs = PrefixJob::same_plan(&prompts, range.clone(), &plan);
         let mut obs = StopStrings {
             codec,
             texts: vec![vec![Vec::new(); plan.len()]; jobs.len()],
@@ -350,20 +328,17 @@ pub fn run_json(
     })?;
     bar.finish_and_clear();
     let summary = summarize(cfg, &log.lines);
-    write_json(&dir, "summary.json", &summary)?;
-    let mut plots = Vec::new();
-    if ctl.plots {
-        write_svg_png(
-            &dir,
+    let plots = if ctl.plots {
+        vec![(
             "json_validity_vs_theta",
-            &line_chart_svg(&validity_chart(&summary)),
-        )?;
-        plots.push("json_validity_vs_theta".to_string());
-    }
-    write_atomic(
-        &dir.join("REPORT.md"),
-        json_report(cfg, &summary, &log.lines, &plots).as_bytes(),
-    )?;
+            line_chart_svg(&validity_chart(&summary)),
+        )]
+    } else {
+        Vec::new()
+    };
+    write_outputs(&dir, &summary, plots, |names| {
+        json_report(cfg, &summary, &log.lines, names)
+    })?;
     Ok(summary)
 }
 
@@ -560,15 +535,10 @@ pub fn render_json_table(s: &JsonSummary) -> String {
     if let Some(note) = s.sampler.footnote(&ops) {
         let _ = writeln!(o, "{note}");
     }
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
     let _ = writeln!(
         o,
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        s.forward_tokens, s.naive_forward_tokens, saved
+        "{}",
+        crate::report::work_line(s.forward_tokens, s.naive_forward_tokens)
     );
     o
 }
@@ -664,14 +634,7 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
             a.len()
         );
     }
-    let _ = writeln!(
-        o,
-        "\nWork: {} forward tokens evaluated vs {} for a naive run.\n",
-        s.forward_tokens, s.naive_forward_tokens
-    );
-    for p in plots {
-        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
-    }
+    crate::report::work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
     let _ = writeln!(
         o,
         "Definitions: valid = the first brace-balanced `{{…}}` of the output (naive brace count) parses as JSON and has no schema error under the schema's own draft, with `format` as annotation only. Conditioned = among the schemas valid at ctrl θ = 1."

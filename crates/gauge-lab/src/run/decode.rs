@@ -51,6 +51,23 @@ pub(crate) struct PrefixJob<'a, R> {
     pub specs: &'a [RunSpec<R>],
 }
 
+impl<'a, R> PrefixJob<'a, R> {
+    /// One job per prompt of `range`, all with the same plan.
+    pub fn same_plan(
+        prompts: &'a [Vec<TokenId>],
+        range: std::ops::Range<usize>,
+        plan: &'a [RunSpec<R>],
+    ) -> Vec<Self> {
+        prompts[range]
+            .iter()
+            .map(|p| PrefixJob {
+                prompt: p,
+                specs: plan,
+            })
+            .collect()
+    }
+}
+
 /// What one run produced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RunResult {

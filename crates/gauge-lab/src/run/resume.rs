@@ -250,6 +250,44 @@ pub fn progress_bar(
     bar
 }
 
+/// Open (or create) `root/<run_id>` for `cfg` and its line log (complete chunks only, every line
+/// `check`ed), refusing lines decoded from other prompt tokens (`same_prompt`).
+pub(crate) fn open_run<C, L>(
+    root: &Path,
+    run_id: &str,
+    cfg: &C,
+    expected: &dyn Fn((u8, usize)) -> usize,
+    check: &dyn Fn(&L) -> Result<(), String>,
+    same_prompt: impl Fn(&L) -> bool,
+) -> Result<(PathBuf, ChunkLog<L>), LabError>
+where
+    C: Serialize + DeserializeOwned + PartialEq,
+    L: ChunkLine,
+{
+    let dir = open_run_dir(root, run_id, cfg)?;
+    let raw = dir.join("raw.jsonl");
+    let log = ChunkLog::open(raw.clone(), expected, check)?;
+    ensure_same_prompts(&log.lines, &raw, same_prompt)?;
+    Ok((dir, log))
+}
+
+/// A finished run's outputs: `summary.json`, the SVG/PNG plots `(name, svg)` and `REPORT.md`,
+/// which `report` writes knowing the plot names.
+pub(crate) fn write_outputs<S: Serialize>(
+    dir: &Path,
+    summary: &S,
+    plots: Vec<(&str, String)>,
+    report: impl FnOnce(&[String]) -> String,
+) -> Result<(), LabError> {
+    write_json(dir, "summary.json", summary)?;
+    let mut names = Vec::new();
+    for (name, svg) in plots {
+        crate::plot::write_svg_png(dir, name, &svg)?;
+        names.push(name.to_string());
+    }
+    write_atomic(&dir.join("REPORT.md"), report(&names).as_bytes())
+}
+
 /// Write `value` as pretty JSON (with a final newline) to `dir/name`, atomically.
 pub fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), LabError> {
     let path = dir.join(name);

@@ -111,6 +111,28 @@ pub trait Grid {
     }
 }
 
+/// Does a raw line (prompt `prompt` decoded in chunk `chunk` as run `run`, `op` at `theta`) belong
+/// to this plan and chunking?
+pub(crate) fn check_in_plan<R>(
+    plan: &[RunSpec<R>],
+    chunking: &Chunking,
+    (prompt, chunk, run): (usize, usize, usize),
+    op: Op,
+    theta: f32,
+) -> Result<(), String> {
+    let spec = plan.get(run).ok_or("run outside the plan")?;
+    if prompt >= chunking.prompts
+        || !chunking.chunk(chunk).contains(&prompt)
+        || spec.op != op
+        || spec.theta != theta
+    {
+        return Err(format!(
+            "line for prompt {prompt} run {run} does not match the plan"
+        ));
+    }
+    Ok(())
+}
+
 /// The model label: reports and run ids need a non-empty one.
 pub(crate) fn check_model(model: &str) -> Result<(), LabError> {
     if model.trim().is_empty() {
