@@ -69,8 +69,11 @@ pub struct DecodeBenchArgs {
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Decode threads (0 = all cores but one).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0)]
     pub threads: u32,
+    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
+    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
     /// Registry name or GGUF path.
     #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
     pub model: String,
@@ -83,9 +86,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
 }
 
-fn open_model(name: &str, threads: u32) -> Result<Arc<Model>> {
+fn open_model(name: &str, threads: u32, n_gpu_layers: u32) -> Result<Arc<Model>> {
     let opts = ModelOptions {
         n_threads: threads,
+        n_gpu_layers,
         ..Default::default()
     };
     Ok(Arc::new(
@@ -95,7 +99,7 @@ fn open_model(name: &str, threads: u32) -> Result<Arc<Model>> {
 
 fn sampling(a: &SamplingBenchArgs) -> Result<()> {
     let progress = std::io::stderr().is_terminal();
-    let model = open_model(&a.model, 0)?;
+    let model = open_model(&a.model, 0, 0)?;
     let mut row_sets: Vec<RowSet> = a.n_vocab.iter().map(|&n| RowSet::synthetic(n)).collect();
     if !a.no_model_rows {
         row_sets.push(RowSet::from_model(&model, &a.model, 8, 2)?);
@@ -164,7 +168,7 @@ fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
 }
 
 fn decode(a: &DecodeBenchArgs) -> Result<()> {
-    let model = open_model(&a.model, a.threads)?;
+    let model = open_model(&a.model, a.threads, a.n_gpu_layers)?;
     let opts = DecodeBenchOptions {
         widths: a.widths.clone(),
         tokens: a.tokens,

@@ -54,8 +54,11 @@ pub struct DelimArgs {
     pub n_seq_max: u32,
     /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
     /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0)]
     pub threads: u32,
+    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
+    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
 }
 
 pub fn run(args: &DelimArgs) -> Result<()> {
@@ -102,8 +105,14 @@ pub fn run(args: &DelimArgs) -> Result<()> {
         );
     }
     let model = Arc::new(
-        Model::open(&args.model, ModelOptions::default())
-            .with_context(|| format!("loading model {}", args.model))?,
+        Model::open(
+            &args.model,
+            ModelOptions {
+                n_gpu_layers: args.n_gpu_layers,
+                ..ModelOptions::default()
+            },
+        )
+        .with_context(|| format!("loading model {}", args.model))?,
     );
     // Context per sequence: the longest prompt (tokenized as the analysis will) plus the
     // generated tokens.
@@ -121,6 +130,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
         n_seq_max: args.n_seq_max,
         n_threads: crate::cmd_probe::batch_threads(args.threads),
         n_batch: 512,
+        n_gpu_layers: args.n_gpu_layers,
         ..Default::default()
     };
     let mut src = LlamaSource::with_options(Arc::clone(&model), &opts)?;

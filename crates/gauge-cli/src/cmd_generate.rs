@@ -34,6 +34,12 @@ pub struct GenerateArgs {
     /// Context window in tokens.
     #[arg(long, short = 'c', default_value_t = 2048)]
     pub ctx_size: u32,
+    /// llama.cpp threads (0 = all cores but one).
+    #[arg(long, short = 't', default_value_t = 0)]
+    pub threads: u32,
+    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
+    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
     /// Print token ids and text as JSON at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -48,6 +54,8 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     }
     let opts = ModelOptions {
         n_ctx: args.ctx_size,
+        n_threads: args.threads,
+        n_gpu_layers: args.n_gpu_layers,
         ..Default::default()
     };
     let model = Arc::new(

@@ -44,8 +44,11 @@ pub struct JsonArgs {
     pub n_seq_max: u32,
     /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
     /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0)]
     pub threads: u32,
+    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
+    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
     /// chain, the note's A2 llama.cpp driver, for ctrl and subtractive; normalized stays on gauge's
     /// operator).
@@ -88,6 +91,7 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         n_seq_max: args.n_seq_max,
         n_threads: crate::cmd_probe::batch_threads(args.threads),
         n_batch: 512,
+        n_gpu_layers: args.n_gpu_layers,
         ..Default::default()
     };
     let model = Arc::new(

@@ -15,6 +15,7 @@ mod cmd_serve;
 mod sampling_args;
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -50,8 +51,38 @@ enum Cmd {
     Serve(cmd_serve::ServeArgs),
 }
 
+/// llama.cpp's multi-letter single-dash flags, which clap cannot declare as short flags; they are
+/// rewritten to their long names before parsing, so llama-cli/llama-server habits work.
+const LLAMA_SPELLINGS: &[(&str, &str)] = &[("-np", "--parallel"), ("-ngl", "--n-gpu-layers")];
+
+/// The arguments with llama.cpp's `-np`/`-ngl` (also `-np=4`) spelled as long flags. Everything
+/// after `--` is left alone.
+fn llama_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut verbatim = false;
+    for a in args {
+        if verbatim || a == "--" {
+            verbatim = true;
+            out.push(a);
+            continue;
+        }
+        let text = a.to_string_lossy();
+        let long = LLAMA_SPELLINGS.iter().find_map(|&(short, long)| {
+            if text == short {
+                Some(long.to_string())
+            } else {
+                text.strip_prefix(short)
+                    .and_then(|rest| rest.strip_prefix('='))
+                    .map(|v| format!("{long}={v}"))
+            }
+        });
+        out.push(long.map_or(a, OsString::from));
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_spellings(std::env::args_os()));
     let res = match &cli.cmd {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
@@ -74,5 +105,39 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llama_spellings;
+    use std::ffi::OsString;
+
+    fn run(args: &[&str]) -> Vec<String> {
+        llama_spellings(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn llama_cpp_multi_letter_flags_become_long_flags() {
+        assert_eq!(
+            run(&["gauge", "serve", "-np", "8", "-ngl=99", "-n", "64"]),
+            [
+                "gauge",
+                "serve",
+                "--parallel",
+                "8",
+                "--n-gpu-layers=99",
+                "-n",
+                "64"
+            ]
+        );
+        assert_eq!(
+            run(&["gauge", "x", "--", "-np"]),
+            ["gauge", "x", "--", "-np"]
+        );
+        assert_eq!(run(&["gauge", "-npx"]), ["gauge", "-npx"]);
     }
 }

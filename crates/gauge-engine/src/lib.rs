@@ -53,8 +53,9 @@
 //!
 //! - The llama.cpp backend is initialised once per process ([`model::backend`]); its log is
 //!   silent unless `GAUGE_LLAMA_LOG=1` (the last warnings are kept for error messages).
-//! - Cargo feature `cuda` builds llama.cpp with CUDA (untested here: the project's machines
-//!   are CPU-only); set `ModelOptions::n_gpu_layers` to offload.
+//! - Cargo features `cuda`, `vulkan` and `metal` build llama.cpp with that GPU backend
+//!   (untested here: the project's machines are CPU-only); set `ModelOptions::n_gpu_layers` to
+//!   offload. A CPU build refuses `n_gpu_layers > 0` ([`GPU_BACKEND`] is `None`).
 
 pub mod batch;
 pub mod bench;
@@ -68,6 +69,17 @@ pub mod registry;
 pub mod source;
 
 pub use error::{EngineError, Result};
+
+/// The GPU backend llama.cpp was built with (cargo feature), or `None` for a CPU-only build.
+pub const GPU_BACKEND: Option<&str> = if cfg!(feature = "cuda") {
+    Some("cuda")
+} else if cfg!(feature = "vulkan") {
+    Some("vulkan")
+} else if cfg!(feature = "metal") {
+    Some("metal")
+} else {
+    None
+};
 pub use generate::{generate, GenerateRequest, Generation, Generator, StopReason, Timings};
 pub use llama_source::LlamaSource;
 pub use model::{Model, ModelInfo, ModelOptions, Utf8Stream};

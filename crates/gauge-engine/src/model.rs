@@ -40,7 +40,8 @@ pub struct ModelOptions {
     pub n_seq_max: u32,
     /// Most tokens per `llama_decode` call (prefill chunk size).
     pub n_batch: u32,
-    /// Layers offloaded to a GPU (needs the `cuda` feature; 0 = CPU only).
+    /// Layers offloaded to a GPU (needs a GPU feature: `cuda`, `vulkan` or `metal`; 0 = CPU
+    /// only; a CPU build refuses more).
     pub n_gpu_layers: u32,
     /// One KV buffer shared by all sequences: forks then share the prefix cells instead of
     /// copying them, but every sequence attends over the whole buffer. Off by default.
@@ -75,6 +76,14 @@ impl ModelOptions {
         }
         if self.n_batch == 0 || self.n_batch > 1 << 16 {
             return Err(EngineError::option("n_batch", self.n_batch, "1..=65536"));
+        }
+        if self.n_gpu_layers > 0 && crate::GPU_BACKEND.is_none() {
+            return Err(EngineError::option(
+                "n_gpu_layers",
+                self.n_gpu_layers,
+                "0: this gauge was built without a GPU backend (rebuild with \
+                 `--features cuda`, `vulkan` or `metal` to offload layers)",
+            ));
         }
         if self.n_threads > 1024 {
             return Err(EngineError::option(
@@ -434,6 +443,40 @@ impl Model {
             .chat_template
             .as_ref()
             .ok_or(EngineError::NoChatTemplate)?;
+        self.apply_chat_messages_with(tmpl, messages)
+    }
+
+    /// [`Model::apply_chat_messages`] with another template: one of llama.cpp's built-in names
+    /// (`chatml`, `llama3`, `gemma`, ...) or a template text llama.cpp recognises by its markers
+    /// (llama-server's `--chat-template` without `--jinja`).
+    pub fn apply_chat_messages_named(
+        &self,
+        template: &str,
+        messages: &[(&str, &str)],
+    ) -> Result<String> {
+        let tmpl = LlamaChatTemplate::new(template).map_err(|e| {
+            EngineError::Text(format!("the chat template contains a NUL byte ({e})"))
+        })?;
+        self.apply_chat_messages_with(&tmpl, messages)
+    }
+
+    /// The text of the BOS and EOS tokens (for Jinja chat templates' `bos_token`/`eos_token`);
+    /// empty for a model without one.
+    pub fn bos_eos_text(&self) -> (String, String) {
+        let vocab = self.inner.vocab();
+        let text = |t: LlamaToken| {
+            self.token_bytes_checked(t.0, true)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        };
+        (text(vocab.bos()), text(vocab.eos()))
+    }
+
+    fn apply_chat_messages_with(
+        &self,
+        tmpl: &LlamaChatTemplate,
+        messages: &[(&str, &str)],
+    ) -> Result<String> {
         let total: usize = messages.iter().map(|(r, c)| r.len() + c.len()).sum();
         if total > (i32::MAX as usize) / 4 {
             return Err(EngineError::Text(

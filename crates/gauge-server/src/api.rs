@@ -1,7 +1,7 @@
 //! HTTP routes and the JSON shapes of OpenAI's and llama-server's APIs.
 //!
 //! Every generation handler follows one path: read the body (counting bytes against
-//! `--max-body-bytes`), parse JSON, take an in-flight place (429 beyond `parallel + max_queue`),
+//! `--max-body-bytes`, all of it within `--body-timeout`), parse JSON, take an in-flight place (429 beyond `parallel + max_queue`),
 //! prepare the job on a blocking worker ([`crate::request::prepare`]), hand it to the engine, then
 //! either collect the events into one JSON response or turn them into server-sent events as they
 //! come. The in-flight place is an RAII guard owned by the response (the SSE stream for
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -47,6 +47,12 @@ pub(crate) struct AppState {
     pub next_id: AtomicU64,
     /// Unix time the server started (ids, `/v1/models`).
     pub started: u64,
+    /// Totals for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// Open connections (the limit, `/metrics`, shutdown).
+    pub conns: Arc<crate::conn::Tracker>,
+    /// Timeouts and the connection limit in effect.
+    pub limits: crate::conn::Limits,
 }
 
 /// One in-flight place; released on drop.
@@ -71,6 +77,7 @@ impl Drop for InFlight {
 }
 
 pub(crate) fn router(st: Arc<AppState>) -> Router {
+    use crate::llama_routes as llama;
     Router::new()
         .route("/health", get(health))
         .route("/v1/health", get(health))
@@ -81,48 +88,42 @@ pub(crate) fn router(st: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/completions", post(completions))
         .route("/completion", post(native))
+        .route("/tokenize", post(llama::tokenize))
+        .route("/detokenize", post(llama::detokenize))
+        .route("/apply-template", post(llama::apply_template))
+        .route("/props", get(llama::props))
+        .route("/metrics", get(crate::metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&st), auth))
+        // Outermost last: CORS (preflights answered before the key), then the drain, then the key.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&st),
+            crate::auth::auth,
+        ))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&st), drain))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&st),
+            crate::cors::cors,
+        ))
         .with_state(st)
+}
+
+/// During the shutdown grace period every new request gets 503 `shutting_down` (and the
+/// connection is closed), as the docs promise, instead of a refused connection.
+async fn drain(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if st.draining.load(Ordering::Relaxed) {
+        let mut r = ApiError::shutting_down().into_response();
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return r;
+    }
+    next.run(req).await
 }
 
 async fn not_found(uri: Uri) -> ApiError {
     ApiError::not_found(uri.path())
-}
-
-/// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
-fn same_key(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn key_matches(headers: &HeaderMap, key: &str) -> bool {
-    let bearer = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let x_api = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    [bearer, x_api]
-        .into_iter()
-        .flatten()
-        .any(|k| same_key(k.as_bytes(), key.as_bytes()))
-}
-
-/// With `--api-key`, every route but `/health` needs `Authorization: Bearer <key>` (or
-/// llama-server's `X-Api-Key`).
-async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.cfg.api_key {
-        let path = req.uri().path();
-        let public = path == "/health" || path == "/v1/health";
-        if !public && !key_matches(req.headers(), key) {
-            return ApiError::unauthorized().into_response();
-        }
-    }
-    next.run(req).await
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {
@@ -181,8 +182,35 @@ async fn native(State(st): State<Arc<AppState>>, body: Body) -> Response {
     generate(st, Endpoint::Native, body).await
 }
 
-/// The body, refused with 413 as soon as it passes `limit` bytes.
-async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+/// The body as JSON, read under the server's size limit and body timeout.
+pub(crate) async fn read_json(st: &AppState, body: Body) -> Result<Value, ApiError> {
+    let bytes = read_body(body, st.cfg.max_body_bytes, st.cfg.body_timeout).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(None, format!("malformed JSON: {e}")))
+}
+
+/// The body, refused with 413 as soon as it passes `limit` bytes, and with 408 when it has not
+/// all arrived within `timeout` (a half-sent body would otherwise hold the request forever).
+async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>, ApiError> {
+    match tokio::time::timeout(timeout, read_body_unbounded(body, limit)).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::invalid(
+            None,
+            format!(
+                "the request body did not arrive within {} s (the server's --body-timeout)",
+                timeout.as_secs_f64()
+            ),
+        )
+        .with_status(StatusCode::REQUEST_TIMEOUT)
+        .with_code("request_timeout")),
+    }
+}
+
+async fn read_body_unbounded(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
     let too_large = || {
         ApiError::invalid(
             None,
@@ -220,6 +248,8 @@ struct Meta {
     created: u64,
     model: Arc<Model>,
     model_id: String,
+    /// For `/metrics` when the request finishes.
+    state: Arc<AppState>,
     logprobs: bool,
     include_usage: bool,
     return_tokens: bool,
@@ -235,9 +265,7 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
     if st.draining.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
     }
-    let bytes = read_body(body, st.cfg.max_body_bytes).await?;
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::invalid(None, format!("malformed JSON: {e}")))?;
+    let value = read_json(&st, body).await?;
     let guard = InFlight::acquire(&st)?;
     let st2 = Arc::clone(&st);
     let prep: Prepared =
@@ -278,6 +306,7 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         created: unix_now(),
         model: Arc::clone(&st.model),
         model_id: st.model_id.clone(),
+        state: Arc::clone(&st),
         logprobs: prep.logprobs,
         include_usage: prep.include_usage,
         return_tokens: prep.return_tokens,
@@ -437,6 +466,7 @@ async fn collect(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Result<Value, 
                 }
             }
             Event::Done(f) => {
+                meta.state.metrics.record(&f);
                 text.push_str(&f.tail);
                 return Ok(full_response(&meta, text, tokens, chat_lp, legacy, &f));
             }
@@ -641,6 +671,7 @@ impl StreamState {
     }
 
     fn finish(&mut self, f: Finish) {
+        self.meta.state.metrics.record(&f);
         match self.meta.ep {
             Endpoint::Chat | Endpoint::Completions => {
                 if !f.tail.is_empty() {
@@ -678,9 +709,26 @@ impl StreamState {
         self.done = true;
     }
 
+    /// The error event, then the stream's usual end: `[DONE]`, or for `/completion` a last
+    /// chunk with `"stop": true` (clients wait for it; `stop_type: "none"` as in llama-server).
     fn fail(&mut self, e: ApiError) {
         self.push(e.body());
-        if self.meta.ep != Endpoint::Native {
+        if self.meta.ep == Endpoint::Native {
+            let last = json!({
+                "index": 0,
+                "id_slot": -1,
+                "content": "",
+                "tokens": [],
+                "stop": true,
+                "stop_type": "none",
+                "stopping_word": "",
+                "model": self.meta.model_id,
+                "tokens_predicted": self.predicted,
+                "tokens_evaluated": self.meta.n_prompt,
+                "error": e.body()["error"],
+            });
+            self.push(last);
+        } else {
             self.out.push_back("[DONE]".into());
         }
         self.done = true;

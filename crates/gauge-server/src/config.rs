@@ -37,6 +37,25 @@ pub struct ServerConfig {
     pub prefill_chunk: usize,
     /// After SIGINT/SIGTERM, how long in-flight requests may run before they are cut.
     pub shutdown_grace: Duration,
+    /// A request's head (request line and headers) must arrive within this time of the server
+    /// starting to wait for it; slower clients are disconnected.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this time of its head (408 beyond).
+    pub body_timeout: Duration,
+    /// A connection with no request in progress that sends nothing for this long is closed.
+    pub keep_alive_timeout: Duration,
+    /// Most connections open at once (lowered to fit the process's file-descriptor limit). At
+    /// the limit the longest-idle connection is closed to make room; if none is idle, 503.
+    pub max_connections: usize,
+    /// Browser origins allowed to call the server (CORS); `["*"]` = any; empty = no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// Render chat prompts with the Jinja chat template (llama-server `--jinja`).
+    pub jinja: bool,
+    /// Chat template: with `jinja`, a Jinja template text replacing the model's; without, one of
+    /// llama.cpp's built-in template names (`chatml`, `llama3`, ...).
+    pub chat_template: Option<String>,
+    /// Layers offloaded to the GPU (needs a GPU build; a CPU build refuses more than 0).
+    pub n_gpu_layers: u32,
     /// Refuse request fields gauge does not know (by default they are accepted and reported).
     pub strict: bool,
 }
@@ -57,6 +76,14 @@ impl Default for ServerConfig {
             threads: 0,
             prefill_chunk: 256,
             shutdown_grace: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(5),
+            max_connections: 4096,
+            cors_origins: Vec::new(),
+            jinja: false,
+            chat_template: None,
+            n_gpu_layers: 0,
             strict: false,
         }
     }
@@ -114,8 +141,44 @@ impl ServerConfig {
         if self.prefill_chunk == 0 {
             return bad("prefill_chunk", "0".into(), ">= 1");
         }
-        if self.api_key.as_deref() == Some("") {
-            return bad("api_key", "\"\"".into(), "a non-empty key");
+        if let Some(key) = &self.api_key {
+            // A header carries visible ASCII only, and HTTP strips surrounding whitespace: any
+            // other key could never be sent, and an empty one would mean no key at all.
+            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+                return bad(
+                    "api_key",
+                    format!("{key:?}"),
+                    "a non-empty key of visible ASCII characters (no spaces)",
+                );
+            }
+        }
+        for (name, d) in [
+            ("header_timeout", self.header_timeout),
+            ("body_timeout", self.body_timeout),
+            ("keep_alive_timeout", self.keep_alive_timeout),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(86_400) {
+                return bad(name, format!("{d:?}"), "1 ms ..= 1 day");
+            }
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "0".into(), ">= 1");
+        }
+        for o in &self.cors_origins {
+            if !crate::cors::valid_origin(o) {
+                return bad(
+                    "cors",
+                    format!("{o:?}"),
+                    "\"*\" or origins like https://example.com or http://localhost:3000 (scheme, host, optional port; no path)",
+                );
+            }
+        }
+        if self.chat_template.as_deref() == Some("") {
+            return bad(
+                "chat_template",
+                "\"\"".into(),
+                "a template name or Jinja text",
+            );
         }
         Ok(())
     }

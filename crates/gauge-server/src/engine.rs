@@ -144,6 +144,8 @@ pub struct EngineStats {
     pub tokens: AtomicU64,
     /// Decode steps run (`llama_decode` batches, prefill chunks included).
     pub steps: AtomicU64,
+    /// Sequences in the batch summed over steps (`/metrics`: busy slots per decode).
+    pub seq_steps: AtomicU64,
     /// Time inside [`LogitSource::step`], in microseconds.
     pub decode_us: AtomicU64,
     /// Time sampling and sending tokens (chains, logprobs, text), in microseconds.
@@ -366,6 +368,7 @@ impl Engine {
             return;
         }
 
+        let n_in_step = self.live.len();
         let t0 = Instant::now();
         let stepped = self.src.step();
         let t1 = Instant::now();
@@ -387,6 +390,9 @@ impl Engine {
         }
         let us = |d: std::time::Duration| d.as_micros() as u64;
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .seq_steps
+            .fetch_add(n_in_step as u64, Ordering::Relaxed);
         self.stats
             .decode_us
             .fetch_add(us(t1 - t0), Ordering::Relaxed);

@@ -13,6 +13,10 @@
 //! | `POST /completion` | llama-server's native completion (`content`, `completion_probabilities`, ...) |
 //! | `GET /v1/models` | the one model served |
 //! | `GET /health` | `{"status": "ok", "live", "waiting", ...}`; never needs the API key |
+//! | `POST /tokenize`, `POST /detokenize` | llama-server's tokenizer routes |
+//! | `POST /apply-template` | `{messages}` -> `{prompt}` through the chat template (module `template`) |
+//! | `GET /props` | llama-server's server properties |
+//! | `GET /metrics` | Prometheus text: llama-server's `llamacpp:*` and gauge's `gauge:*` |
 //!
 //! Every sampling field of [`SamplingParams`](gauge_sampling::SamplingParams) is read per request
 //! (OpenAI names, llama-server names and aliases, `samplers`, `logit_bias` in every form,
@@ -31,9 +35,12 @@
 //!   its channel, and the engine frees its sequence at the next step.
 //! - **Limits are 4xx in OpenAI's error shape** ([`error`]): context, `max_tokens`, concurrent
 //!   requests (`parallel` decoding + `max_queue` waiting, then 429), body size (413), API key (401).
-//! - **Graceful shutdown**: on the signal, new requests get 503 and the listener closes; in-flight
+//! - **Hostile clients are bounded** ([`conn`]): header, body and keep-alive idle timeouts, and a
+//!   connection limit below the file-descriptor limit that evicts the longest-idle connection.
+//! - **Strict API key** (module `auth`) and opt-in **CORS** ([`cors`]).
+//! - **Graceful shutdown**: on the signal, new requests get 503 (the listener stays open); in-flight
 //!   requests run to their end for `shutdown_grace`, then the engine cuts the rest (an error event
-//!   for streams, a 503 otherwise).
+//!   for streams, a 503 otherwise); the listener closes once no request is left.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), gauge_server::ServerError> {
@@ -45,14 +52,20 @@
 //! ```
 
 mod api;
+mod auth;
 pub mod config;
+pub mod conn;
+pub mod cors;
 pub mod engine;
 pub mod error;
+mod llama_routes;
 pub mod logprobs;
+mod metrics;
 mod request;
 pub mod stop;
+mod template;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
@@ -109,12 +122,14 @@ impl Server {
             n_ctx: cfg.ctx_size,
             n_threads: cfg.threads,
             n_seq_max: cfg.parallel,
+            n_gpu_layers: cfg.n_gpu_layers,
             ..ModelOptions::default()
         };
         let name = cfg.model.clone();
         let model = tokio::task::spawn_blocking(move || Model::open(&name, opts))
             .await
             .map_err(|e| ServerError::Config(format!("loading the model: {e}")))??;
+        template::check(&cfg, &model).map_err(ServerError::Config)?;
         let model = Arc::new(model);
 
         // The context is created on the engine thread, which owns it for its whole life.
@@ -148,9 +163,17 @@ impl Server {
                 context: format!("binding {addr}"),
                 source: e,
             })?;
+        let limits = conn::Limits {
+            header_timeout: cfg.header_timeout,
+            keep_alive_timeout: cfg.keep_alive_timeout,
+            max_connections: conn::effective_max_connections(cfg.max_connections),
+        };
         let state = Arc::new(AppState {
             model_id: cfg.model_id(),
             cfg,
+            metrics: Default::default(),
+            conns: Arc::new(conn::Tracker::new()),
+            limits,
             model,
             engine: tx,
             stats,
@@ -173,7 +196,15 @@ impl Server {
             .unwrap_or_else(|_| self.state.cfg.addr())
     }
 
-    /// Serve until `shutdown` resolves, then shut down gracefully (see the crate docs).
+    /// The connection limit in effect (the configured one, lowered to fit the process's
+    /// file-descriptor limit).
+    pub fn max_connections(&self) -> usize {
+        self.state.limits.max_connections
+    }
+
+    /// Serve until `shutdown` resolves, then shut down gracefully (see the crate docs): new
+    /// requests get 503 while in-flight ones run for `shutdown_grace`, then the engine cuts them;
+    /// the listener closes once no request is in progress.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -184,38 +215,40 @@ impl Server {
             engine,
         } = self;
         let grace = state.cfg.shutdown_grace;
-        let (sig_tx, mut sig_rx) = tokio::sync::watch::channel(false);
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
         let st = Arc::clone(&state);
-        let signal = async move {
+        let stop = async move {
             shutdown.await;
             st.draining
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = sig_tx.send(true);
+            let _ = drain_tx.send(true);
             // In-flight requests get `grace` to finish; then the engine cuts them.
             let engine = st.engine.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
                 let _ = engine.send(Msg::CutAll);
             });
+            // A client that stops reading could hold its response open forever; stop waiting
+            // for it a little after the engine cut everything.
+            let _ =
+                tokio::time::timeout(grace + Duration::from_secs(5), st.conns.wait_idle()).await;
+            drop(drain_tx);
         };
         let app = api::router(Arc::clone(&state));
-        let serve = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .into_future();
-        // A client that stops reading could hold its connection open forever; stop waiting for
-        // it a little after the engine cut everything.
-        let hard = async move {
-            let _ = sig_rx.wait_for(|s| *s).await;
-            tokio::time::sleep(grace + Duration::from_secs(5)).await;
-        };
-        let res = tokio::select! {
-            r = serve => r.map_err(|e| ServerError::Io { context: "serving".into(), source: e }),
-            _ = hard => Ok(()),
-        };
+        conn::accept_loop(
+            &listener,
+            app,
+            Arc::clone(&state.conns),
+            state.limits,
+            drain_rx,
+            stop,
+        )
+        .await;
+        drop(listener);
         let _ = state.engine.send(Msg::Exit);
         drop(state);
         let _ = tokio::task::spawn_blocking(move || engine.join()).await;
-        res
+        Ok(())
     }
 }
 
@@ -245,7 +278,7 @@ pub async fn shutdown_signal() {
 /// `gauge serve` runs).
 pub fn serve_blocking(
     cfg: ServerConfig,
-    on_ready: impl FnOnce(SocketAddr),
+    on_ready: impl FnOnce(SocketAddr, usize),
 ) -> Result<(), ServerError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -257,7 +290,7 @@ pub fn serve_blocking(
         })?;
     rt.block_on(async move {
         let server = Server::bind(cfg).await?;
-        on_ready(server.local_addr());
+        on_ready(server.local_addr(), server.max_connections());
         server.run(shutdown_signal()).await
     })
 }

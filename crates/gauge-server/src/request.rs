@@ -237,8 +237,12 @@ fn message_content(v: Option<&Value>, i: usize) -> Result<String, ApiError> {
     }
 }
 
-/// `messages` through the model's chat template (assistant turn opened).
-fn chat_prompt(o: &Map<String, Value>, model: &Model) -> Result<String, ApiError> {
+/// `messages` through the chat template (assistant turn opened; see [`crate::template`]).
+pub(crate) fn chat_prompt(
+    o: &Map<String, Value>,
+    model: &Model,
+    cfg: &ServerConfig,
+) -> Result<String, ApiError> {
     let msgs = match get(o, "messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(v) => {
@@ -282,11 +286,7 @@ fn chat_prompt(o: &Map<String, Value>, model: &Model) -> Result<String, ApiError
         .iter()
         .map(|(r, c)| (r.as_str(), c.as_str()))
         .collect();
-    model.apply_chat_messages(&refs).map_err(|e| {
-        let mut e = ApiError::from(e);
-        e.param = Some("messages".into());
-        e
-    })
+    crate::template::chat_prompt(cfg, model, &refs)
 }
 
 /// `prompt` of the completion endpoints: a string, or token ids; OpenAI's one-element arrays of
@@ -423,7 +423,7 @@ pub(crate) fn prepare(
 
     let (prompt_text, prompt, prompt_field) = match ep {
         Endpoint::Chat => {
-            let text = chat_prompt(o, model)?;
+            let text = chat_prompt(o, model, cfg)?;
             let toks = model.tokenize_prompt(&text).map_err(|e| {
                 let mut e = ApiError::from(e);
                 e.param = Some("messages".into());

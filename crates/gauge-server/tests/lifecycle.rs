@@ -288,3 +288,122 @@ fn a_long_prompt_prefilled_in_small_chunks_gives_the_same_greedy_text() {
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
     assert!(read_until(&mut s, &mut buf, b"data: [DONE]"));
 }
+
+#[test]
+fn bearer_scheme_is_parsed_strictly() {
+    let srv = start(ServerConfig {
+        api_key: Some("sekret".into()),
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let status =
+        |value: &str| request(addr, "GET", "/v1/models", &[("Authorization", value)], b"").status;
+    assert_eq!(status("Bearer sekret"), 200);
+    assert_eq!(status("Bearer  sekret"), 401, "two spaces");
+    assert_eq!(
+        status("bearer sekret"),
+        200,
+        "the scheme is case-insensitive"
+    );
+    assert_eq!(status("Bearer\tsekret"), 401, "tab separator");
+    assert_eq!(status("Bearer sekret x"), 401, "a second word");
+    assert_eq!(status("Bearer sek ret"), 401, "a space inside");
+    assert_eq!(status("Bearersekret"), 401);
+    assert_eq!(status("Basic sekret"), 401);
+    assert_eq!(status("sekret"), 401);
+    // Whitespace at the very end of the header line is not part of the value (RFC 9110 5.5:
+    // optional whitespace, removed by every HTTP parser), so `Bearer sekret ` is the same
+    // header as `Bearer sekret`; nothing is trimmed by gauge itself.
+    assert_eq!(status("Bearer sekret "), 200);
+    let x = |value: &str| request(addr, "GET", "/v1/models", &[("X-Api-Key", value)], b"").status;
+    assert_eq!(x("sekret"), 200);
+    assert_eq!(x("sekret x"), 401);
+    assert_eq!(x("sekret2"), 401);
+}
+
+#[test]
+fn an_api_key_that_no_header_can_carry_is_refused() {
+    for key in ["", " sekret", "sek ret", "sekret\n", "clé"] {
+        let err = RunningServer::start(ServerConfig {
+            api_key: Some(key.into()),
+            ..test_config()
+        })
+        .expect_err("refused");
+        assert!(err.to_string().contains("api_key"), "{key:?}: {err}");
+    }
+}
+
+#[test]
+fn new_requests_during_the_grace_period_get_503() {
+    let srv = start(ServerConfig {
+        shutdown_grace: Duration::from_secs(60),
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let mut s = open(addr, "/v1/completions", &long_stream(250), &[]);
+    let mut buf = Vec::new();
+    assert!(read_until(&mut s, &mut buf, b"data: "));
+    let stopper = std::thread::spawn(move || srv.shutdown());
+    // Until the signal lands requests succeed; from then on, 503 -- never a refused connection.
+    let t0 = Instant::now();
+    let refusal = loop {
+        let c = std::net::TcpStream::connect(addr);
+        assert!(
+            c.is_ok(),
+            "connection refused during the grace period: {c:?}"
+        );
+        drop(c);
+        let r = get(addr, "/v1/models");
+        if r.status == 503 {
+            break r;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(t0.elapsed() < Duration::from_secs(30), "never drained");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let v = assert_error(&refusal, 503, None);
+    assert_eq!(v["error"]["code"], "shutting_down");
+    assert_eq!(refusal.header("connection"), Some("close"));
+    let gen = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    assert_eq!(gen.status, 503);
+    // The stream in flight is unaffected and finishes; then the server stops.
+    assert!(read_until(&mut s, &mut buf, b"data: [DONE]"));
+    drop(s);
+    stopper.join().unwrap().expect("clean shutdown");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+}
+
+#[test]
+fn a_completion_stream_cut_by_shutdown_ends_with_its_stop_chunk() {
+    let srv = start(ServerConfig {
+        shutdown_grace: Duration::ZERO,
+        ..test_config()
+    });
+    let addr = srv.addr();
+    let mut s = open(
+        addr,
+        "/completion",
+        &json!({"prompt": "Once upon a time", "n_predict": 250, "ignore_eos": true, "stream": true}),
+        &[],
+    );
+    let mut buf = Vec::new();
+    assert!(read_until(&mut s, &mut buf, b"data: "));
+    let stopper = std::thread::spawn(move || srv.shutdown());
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    buf.extend_from_slice(&rest);
+    let data = parse(&buf).sse_data();
+    let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
+    assert_eq!(last["stop"], true, "{data:?}");
+    assert_eq!(last["error"]["code"], "shutting_down", "{last}");
+    let n = last["tokens_predicted"].as_u64().unwrap();
+    assert!(n < 250, "{last}");
+    stopper.join().unwrap().expect("clean shutdown");
+}
