@@ -302,6 +302,34 @@ impl<F: Fn(&str) -> Result<Vec<TokenId>, String>> crate::run::Codec for FnCodec<
     }
 }
 
+/// A codec for the JSON task on the hash source: prompt bytes folded into the vocabulary (at most
+/// 40 tokens), token pieces chosen so greedy outputs hit braces, a key, the stop string and the
+/// end of generation (token 3).
+#[derive(Debug, Clone, Copy)]
+pub struct BraceCodec;
+
+impl crate::run::Codec for BraceCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
+        Ok(text
+            .bytes()
+            .take(40)
+            .map(|b| TokenId::from(b) % 500 + 4)
+            .collect())
+    }
+    fn piece(&self, t: TokenId) -> Vec<u8> {
+        match t % 23 {
+            0 => b"\n\n".to_vec(),
+            1 | 2 => b"{".to_vec(),
+            3 | 4 => b"}".to_vec(),
+            5 => b"\"a\": 1".to_vec(),
+            _ => b"x".to_vec(),
+        }
+    }
+    fn is_eog(&self, t: TokenId) -> bool {
+        t == 3
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

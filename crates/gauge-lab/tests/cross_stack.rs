@@ -9,11 +9,9 @@ use gauge_engine::{LlamaSource, Model, ModelOptions, Registry, DEFAULT_MODEL};
 use gauge_lab::json::{compare_json_runs, run_json, JsonConfig};
 use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
-use gauge_lab::run::Codec;
 use gauge_lab::stack::Stack;
-use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
+use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};
-use gauge_sampling::TokenId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -88,29 +86,6 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
     }
 }
 
-struct ToyCodec;
-
-impl Codec for ToyCodec {
-    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
-        Ok(text
-            .bytes()
-            .take(40)
-            .map(|b| TokenId::from(b) % 500 + 4)
-            .collect())
-    }
-    fn piece(&self, t: TokenId) -> Vec<u8> {
-        match t % 23 {
-            0 => b"\n\n".to_vec(),
-            1 | 2 => b"{".to_vec(),
-            3 | 4 => b"}".to_vec(),
-            _ => b"x".to_vec(),
-        }
-    }
-    fn is_eog(&self, t: TokenId) -> bool {
-        t == 3
-    }
-}
-
 #[test]
 fn json_task_agrees_across_stacks_on_the_hash_source() {
     let base = JsonConfig {
@@ -128,7 +103,7 @@ fn json_task_agrees_across_stacks_on_the_hash_source() {
             ..base.clone()
         };
         let mut src = HashSource::new(HashSourceConfig::default());
-        sums.push(run_json(&mut src, &ToyCodec, &cfg, &root, &quiet()).unwrap());
+        sums.push(run_json(&mut src, &BraceCodec, &cfg, &root, &quiet()).unwrap());
     }
     let (n, same, verdict) = compare_json_runs(
         &root,

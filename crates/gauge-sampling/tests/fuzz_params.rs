@@ -233,7 +233,8 @@ fn field_value(name: &'static str, n_vocab: usize, u: bool) -> BoxedStrategy<Val
 /// A request object: some known fields (with values aimed at them), some unknown junk fields.
 fn request(n_vocab: usize, u: bool) -> impl Strategy<Value = Value> {
     let known = prop::collection::vec(
-        prop::sample::select(fields()).prop_flat_map(move |f| (Just(f), field_value(f, n_vocab, u))),
+        prop::sample::select(fields())
+            .prop_flat_map(move |f| (Just(f), field_value(f, n_vocab, u))),
         0..10,
     );
     let unknown = prop::collection::btree_map(text(u, 10), junk(u), 0..3);
