@@ -1,23 +1,9 @@
 //! The `gauge` binary as a user runs it: outputs checked against llama.cpp's reference data, errors
 //! checked for exit code 2 and a message that names the problem.
 
+mod common;
+use common::*;
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn gauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gauge"))
-        .args(args)
-        .output()
-        .expect("run gauge")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn data(name: &str) -> Value {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,24 +1,10 @@
 //! The CLI never changes a request's meaning in silence (issue 9): `gauge chain` with DRY and no
 //! model, `--model` resolving breakers, `--params` files with aliases and unknown fields, `--strict`.
 
+mod common;
+use common::*;
 use serde_json::Value;
 use std::io::Write;
-use std::process::{Command, Output};
-
-fn gauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gauge"))
-        .args(args)
-        .output()
-        .expect("run gauge")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn params_file(json: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();

@@ -1,21 +1,12 @@
 //! `gauge serve` as a user starts it: llama.cpp's flag spellings, the API key from the
 //! environment, and a server under `ulimit -n 1024` holding more idle connections than that.
 
+mod common;
+use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn gauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gauge"))
-        .args(args)
-        .output()
-        .expect("run gauge")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Wait for `child` to exit within `secs`; kill it and fail otherwise.
 fn exits_within(mut child: Child, secs: u64) -> (i32, String) {
