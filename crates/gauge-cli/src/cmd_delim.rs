@@ -8,10 +8,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{resolve_data, LlamaSource, Model, ModelOptions};
-use gauge_lab::delim::{humaneval, render_delim_table, run_delim, DelimCodec, DelimConfig};
+use gauge_lab::delim::{humaneval, render_delim_table, run_delim, DelimConfig};
 use gauge_lab::ops::Op;
-use gauge_lab::RunControl;
-use gauge_sampling::TokenId;
+use gauge_lab::{Codec, Grid, RunControl};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -60,25 +59,6 @@ pub struct DelimArgs {
     /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
     #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
     pub n_gpu_layers: u32,
-}
-
-/// The model as the analysis sees it: prompts with the model's tokenizer defaults (BOS only if
-/// the model asks for one), token text with control tokens rendered (for the classifier), and
-/// generated text with control tokens as nothing.
-struct Codec(Arc<Model>);
-
-impl DelimCodec for Codec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        self.0
-            .tokenize(text, true, false)
-            .map_err(|e| e.to_string())
-    }
-    fn token_text(&self, token: TokenId) -> Vec<u8> {
-        self.0.token_bytes_checked(token, true).unwrap_or_default()
-    }
-    fn piece(&self, token: TokenId) -> Vec<u8> {
-        self.0.token_bytes_checked(token, false).unwrap_or_default()
-    }
 }
 
 pub fn run(args: &DelimArgs) -> Result<()> {
@@ -134,13 +114,12 @@ pub fn run(args: &DelimArgs) -> Result<()> {
         )
         .with_context(|| format!("loading model {}", args.model))?,
     );
-    let codec = Codec(Arc::clone(&model));
-    // Context per sequence: the longest prompt plus the generated tokens.
+    // Context per sequence: the longest prompt (tokenized as the analysis will) plus the
+    // generated tokens.
     let mut longest = 0;
     for t in &tasks[..cfg.prompts] {
         longest = longest.max(
-            codec
-                .tokenize_prompt(&t.prompt)
+            Codec::tokenize(model.as_ref(), &t.prompt, false)
                 .map_err(anyhow::Error::msg)?
                 .len(),
         );
@@ -160,7 +139,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
         ..RunControl::default()
     };
     let t0 = std::time::Instant::now();
-    let summary = run_delim(&mut src, &codec, &tasks, &cfg, &args.out, &ctl)?;
+    let summary = run_delim(&mut src, model.as_ref(), &tasks, &cfg, &args.out, &ctl)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

@@ -4,12 +4,9 @@ use crate::cmd_probe::{note_gauge_decided, parse_stacks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
-use gauge_lab::json::{
-    compare_json_runs, json_run_dir, render_json_table, run_json, JsonConfig, TextCodec,
-};
+use gauge_lab::json::{compare_json_runs, json_run_dir, render_json_table, run_json, JsonConfig};
 use gauge_lab::ops::Op;
-use gauge_lab::RunControl;
-use gauge_sampling::TokenId;
+use gauge_lab::{Grid, RunControl};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -57,36 +54,6 @@ pub struct JsonArgs {
     /// operator).
     #[arg(long, default_value = "gauge", value_delimiter = ',')]
     pub sampler: Vec<String>,
-}
-
-/// The model as the experiment sees it: prompt tokens (through the chat template for instruct
-/// models, as the note did), token bytes, end of generation.
-struct Codec {
-    model: Arc<Model>,
-    chat: bool,
-}
-
-impl TextCodec for Codec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        let text = if self.chat {
-            self.model
-                .apply_chat_template(text)
-                .map_err(|e| e.to_string())?
-        } else {
-            text.to_string()
-        };
-        self.model
-            .tokenize(&text, true, true)
-            .map_err(|e| e.to_string())
-    }
-    fn piece(&self, token: TokenId) -> Vec<u8> {
-        self.model
-            .token_bytes_checked(token, false)
-            .unwrap_or_default()
-    }
-    fn is_eog(&self, token: TokenId) -> bool {
-        self.model.is_eog(token)
-    }
 }
 
 pub fn run(args: &JsonArgs) -> Result<()> {
@@ -139,11 +106,10 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         progress: true,
         ..RunControl::default()
     };
-    let codec = Codec { model, chat };
     let mut summaries = Vec::new();
     for cfg in &cfgs {
         let t0 = std::time::Instant::now();
-        let summary = run_json(&mut src, &codec, cfg, &args.out, &ctl)?;
+        let summary = run_json(&mut src, model.as_ref(), cfg, &args.out, &ctl)?;
         if !args.json {
             print!("{}", render_json_table(&summary));
         }

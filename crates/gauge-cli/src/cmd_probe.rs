@@ -12,7 +12,7 @@ use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
 use gauge_lab::ops::Op;
 use gauge_lab::stack::Stack;
-use gauge_lab::{render_table, ProbeConfig};
+use gauge_lab::{render_table, Grid, ProbeConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -163,19 +163,10 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
     );
     let mut src = LlamaSource::new(Arc::clone(&model))?;
-    let tok_model = Arc::clone(&model);
-    // The note tokenizes prefixes with each model's tokenizer defaults: BOS only where the model
-    // asks for one (gemma does, GPT-2-style tokenizers such as SmolLM2's do not), no special-token
-    // parsing.
-    let mut tokenize = move |text: &str| {
-        tok_model
-            .tokenize(text, true, false)
-            .map_err(|e| e.to_string())
-    };
     let mut summaries = Vec::new();
     for cfg in &cfgs {
         let t0 = std::time::Instant::now();
-        let summary = gauge_lab::run_probe(&mut src, &mut tokenize, cfg, &args.out, true)?;
+        let summary = gauge_lab::run_probe(&mut src, model.as_ref(), cfg, &args.out, true)?;
         let dir = gauge_lab::probe::run_dir(&args.out, cfg);
         if !args.json {
             print!("{}", render_table(&summary));

@@ -3,25 +3,9 @@
 //! `cargo run --release -p gauge-lab --example json_llama -- [model] [schemas] [thetas] [out]`
 
 use gauge_engine::{LlamaSource, Model, ModelOptions};
-use gauge_lab::json::{render_json_table, run_json, JsonConfig, TextCodec};
-use gauge_lab::RunControl;
-use gauge_sampling::TokenId;
+use gauge_lab::json::{render_json_table, run_json, JsonConfig};
+use gauge_lab::{Grid, RunControl};
 use std::sync::Arc;
-
-struct Codec(Arc<Model>);
-
-impl TextCodec for Codec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        // The note's llama.cpp A2 driver: add_special = true, parse_special = true.
-        self.0.tokenize(text, true, true).map_err(|e| e.to_string())
-    }
-    fn piece(&self, token: TokenId) -> Vec<u8> {
-        self.0.token_bytes_checked(token, false).unwrap_or_default()
-    }
-    fn is_eog(&self, token: TokenId) -> bool {
-        self.0.is_eog(token)
-    }
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,9 +36,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         progress: true,
         ..RunControl::default()
     };
+    // Plain prompts (no chat template), tokenized as the note's llama.cpp A2 driver did.
     let s = run_json(
         &mut src,
-        &Codec(model),
+        model.as_ref(),
         &cfg,
         std::path::Path::new(&out),
         &ctl,

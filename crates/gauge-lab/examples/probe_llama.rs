@@ -4,7 +4,7 @@
 //! e.g. `... smollm2-135m-instruct 20 64 1,1.3 results`.
 
 use gauge_engine::{LlamaSource, Model, ModelOptions};
-use gauge_lab::{render_table, run_probe, ProbeConfig};
+use gauge_lab::{render_table, run_probe, Grid, ProbeConfig};
 use std::sync::Arc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,17 +32,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let model = Arc::new(Model::open(&model_name, opts)?);
     let mut src = LlamaSource::new(Arc::clone(&model))?;
-    // The note tokenizes prefixes with each model's defaults and no BOS; no special-token parsing.
-    let tok_model = Arc::clone(&model);
-    let mut tokenize = move |text: &str| {
-        tok_model
-            .tokenize(text, false, false)
-            .map_err(|e| e.to_string())
-    };
     let t0 = std::time::Instant::now();
+    // The prefixes are tokenized with the model's defaults (BOS iff it asks for one), as the note.
     let s = run_probe(
         &mut src,
-        &mut tokenize,
+        model.as_ref(),
         &cfg,
         std::path::Path::new(&out),
         true,

@@ -4,10 +4,12 @@
 //! entry (fp32), then for `normalized` a log-softmax over the whole row, then the penalty on the
 //! seen set, then greedy = the FIRST index of the maximum.
 //!
+//! The operators themselves are gauge-sampling's (`samplers::penalties`: [`penalize_seen`], the
+//! log-sum-exp and the log-probability), the code users run; this module only maps the note's
+//! three operators onto them and decides greedily on full rows:
 //! * `ctrl`: `y <= 0 ? y·θ : y/θ` (llama.cpp's boundary; HF's `< 0` gives the same numbers since 0 is
 //!   a fixed point).
-//! * `normalized`: `ℓ = log_softmax(y)`, then the same sign branch on `ℓ` (every `ℓ <= 0`, so it is
-//!   `ℓ·θ`).
+//! * `normalized`: `ℓ = log_softmax(y)`, then `ℓ·θ` (every `ℓ <= 0`).
 //! * `subtractive`: `y − α` (a presence penalty with a fixed α).
 //!
 //! θ = 1 switches every penalty off (the validity gate). For `subtractive` θ only acts as that
@@ -24,6 +26,9 @@
 //!   fast path must not round differently from the reference; tests compare the two on adversarial
 //!   rows.
 
+use gauge_sampling::samplers::penalties::{
+    log_softmax_inplace, log_sum_exp_offset, penalize_seen, shifted_log_prob, PenaltyMode,
+};
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
 
@@ -90,39 +95,22 @@ impl Penalty {
         self.theta == 1.0
     }
 
-    /// The penalised value of a seen token whose (shifted, maybe normalised) value is `v`.
+    /// The penalised value of a seen token whose (shifted, maybe normalised) value is `v`: the
+    /// sampling library's `penalties` stage with this run's settings (every seen token counted
+    /// once, no frequency penalty).
     #[inline]
     fn seen_value(&self, v: f32) -> f32 {
         if self.is_off() {
             return v;
         }
         match self.op {
-            Op::Ctrl | Op::Normalized => ctrl_scale(v, self.theta),
-            Op::Subtractive => v - self.alpha,
+            Op::Ctrl => penalize_seen(PenaltyMode::Ctrl, v, self.theta, 1, 0.0, 0.0),
+            Op::Normalized => penalize_seen(PenaltyMode::Normalized, v, self.theta, 1, 0.0, 0.0),
+            Op::Subtractive => penalize_seen(PenaltyMode::Ctrl, v, 1.0, 1, 0.0, self.alpha),
             #[cfg(test)]
             Op::TestNoise => v,
         }
     }
-}
-
-/// The sign-branched multiplicative penalty (llama.cpp boundary: multiply when `v <= 0`).
-#[inline]
-pub fn ctrl_scale(v: f32, theta: f32) -> f32 {
-    if v <= 0.0 {
-        v * theta
-    } else {
-        v / theta
-    }
-}
-
-/// `ln Σ exp(y_i − m)` in the one summation order both implementations share (f32 terms, f64
-/// accumulator, index order).
-pub fn log_sum_exp_shifted(y: &[f32], m: f32) -> f32 {
-    let mut s = 0.0f64;
-    for &v in y {
-        s += f64::from((v - m).exp());
-    }
-    s.ln() as f32
 }
 
 /// `y` shifted by `c` on the fly, without a buffer.
@@ -136,13 +124,8 @@ fn shifted(z: &[f32], c: f32, i: usize) -> f32 {
 pub fn apply_row(z: &[f32], c: f32, pen: &Penalty, seen: &[TokenId], out: &mut Vec<f32>) {
     out.clear();
     out.extend(z.iter().map(|&v| v + c));
-    let normalize = pen.op == Op::Normalized;
-    if normalize {
-        let m = max_value(out);
-        let l = log_sum_exp_shifted(out, m);
-        for v in out.iter_mut() {
-            *v = (*v - m) - l;
-        }
+    if pen.op == Op::Normalized {
+        log_softmax_inplace(out);
     }
     #[cfg(test)]
     if pen.op == Op::TestNoise {
@@ -166,19 +149,6 @@ pub fn apply_row(z: &[f32], c: f32, pen: &Penalty, seen: &[TokenId], out: &mut V
 fn unit_noise(i: usize) -> f32 {
     let h = crate::testing::splitmix64(i as u64 ^ 0x5eed);
     (h >> 40) as f32 / (1u64 << 24) as f32
-}
-
-/// The maximum value of a row with first-wins comparison (`-inf` if empty).
-fn max_value(y: &[f32]) -> f32 {
-    let mut m = f32::NEG_INFINITY;
-    let mut first = true;
-    for &v in y {
-        if first || v > m {
-            m = v;
-            first = false;
-        }
-    }
-    m
 }
 
 /// Greedy: the first index of the maximum (torch `argmax` / llama.cpp greedy tie rule).
@@ -333,7 +303,7 @@ pub struct ShiftEval {
     /// First index of the max of `y` over unseen tokens (and its value).
     unseen_best: Option<(usize, f32)>,
     /// For `normalized`: log-sum-exp `L` and the first unseen index of the max of `ℓ`.
-    norm: Option<(f32, Option<(usize, f32)>)>,
+    norm: Option<(f64, Option<(usize, f32)>)>,
 }
 
 impl ShiftEval {
@@ -356,15 +326,10 @@ impl ShiftEval {
                 }
             }
         }
-        let norm = if with_norm {
-            let l = {
-                let mut s = 0.0f64;
-                for i in 0..z.len() {
-                    s += f64::from((shifted(z, c, i) - max_all).exp());
-                }
-                s.ln() as f32
-            };
-            let g = |y: f32| (y - max_all) - l;
+        // A row without a finite max has no log-probabilities: the reference leaves it raw.
+        let norm = if with_norm && max_all.is_finite() {
+            let l = log_sum_exp_offset(z, |&v| v + c, max_all);
+            let g = |y: f32| shifted_log_prob(y, max_all, l);
             // ℓ is monotone in y, so the unseen max of ℓ is at the unseen max of y, except that
             // rounding may merge an earlier, slightly smaller y into the same ℓ: the first such
             // index wins, as in the reference scan.
@@ -391,11 +356,6 @@ impl ShiftEval {
         }
     }
 
-    /// Log-sum-exp of the shifted row (only when built `with_norm`).
-    pub fn log_sum_exp(&self) -> Option<f32> {
-        self.norm.map(|(l, _)| l)
-    }
-
     /// The greedy token of run `pen` on row `z` with this shift and seen set, identical to
     /// `argmax_first(apply_row(..))`.
     ///
@@ -413,7 +373,7 @@ impl ShiftEval {
             let Some(&zv) = z.get(i) else { continue };
             let mut v = zv + self.c;
             if let Some(l) = norm_l {
-                v = (v - self.max_all) - l;
+                v = shifted_log_prob(v, self.max_all, l);
             }
             let v = pen.seen_value(v);
             best = match best {
@@ -448,13 +408,6 @@ mod tests {
         let mut out = Vec::new();
         apply_row(z, c, pen, seen.members(), &mut out);
         argmax_first(&out).unwrap()
-    }
-
-    #[test]
-    fn ctrl_multiplies_nonpositive_and_divides_positive() {
-        assert_eq!(ctrl_scale(-2.0, 1.5), -3.0);
-        assert_eq!(ctrl_scale(0.0, 1.5), 0.0);
-        assert_eq!(ctrl_scale(3.0, 1.5), 2.0);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(crate) fn stack_note(s: crate::stack::Stack) -> String {
 }
 
 fn cond(s: &ProbeSummary, op: Op, theta: f32) -> Option<&ConditionSummary> {
-    let t = crate::probe::f32_to_decimal_f64(theta);
+    let t = crate::stats::f32_to_decimal_f64(theta);
     s.conditions.iter().find(|c| c.op == op && c.theta == t)
 }
 
@@ -61,14 +61,39 @@ fn opt_f(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "—".to_string(), |x| format!("{x:.prec$}"))
 }
 
+/// How many times fewer tokens the shared decode evaluated than a naive one (0 for no work).
+pub fn work_saving(forward_tokens: u64, naive_forward_tokens: u64) -> f64 {
+    if forward_tokens > 0 {
+        naive_forward_tokens as f64 / forward_tokens as f64
+    } else {
+        0.0
+    }
+}
+
+/// The last line of every experiment's terminal table: the work the shared decode saved.
+pub fn work_line(forward_tokens: u64, naive_forward_tokens: u64) -> String {
+    format!(
+        "forward tokens: {} (naive {}, {:.2}× less)",
+        forward_tokens,
+        naive_forward_tokens,
+        work_saving(forward_tokens, naive_forward_tokens)
+    )
+}
+
+/// The end of the json and delim reports: the work done, then the plots.
+pub(crate) fn work_and_plots(o: &mut String, forward_tokens: u64, naive: u64, plots: &[String]) {
+    let _ = writeln!(
+        o,
+        "\nWork: {forward_tokens} forward tokens evaluated vs {naive} for a naive run.\n"
+    );
+    for p in plots {
+        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
+    }
+}
+
 /// The terminal table of `gauge probe`.
 pub fn render_table(s: &ProbeSummary) -> String {
     let mut o = String::new();
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
     let _ = writeln!(o, "gauge probe — {}{}", s.model, stack_note(s.sampler));
     let _ = writeln!(
         o,
@@ -106,11 +131,7 @@ pub fn render_table(s: &ProbeSummary) -> String {
         "zero point: seen-logit > 0 fraction {:.4}, median top-1 logit {:.3}, own-median flip {:.4}",
         z.positive_fraction, z.median_top1_logit, z.own_median_flip_rate
     );
-    let _ = writeln!(
-        o,
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        s.forward_tokens, s.naive_forward_tokens, saved
-    );
+    let _ = writeln!(o, "{}", work_line(s.forward_tokens, s.naive_forward_tokens));
     o
 }
 
@@ -176,11 +197,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
             "differs from it, so compare shapes, not digits"
         }
     );
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
+    let saved = work_saving(s.forward_tokens, s.naive_forward_tokens);
     let _ = writeln!(
         o,
         "Work: {} forward tokens evaluated, vs {} for a naive run (every run its own prefill and decode): {:.2}× less.\n",

@@ -31,7 +31,7 @@
 
 use crate::error::LabError;
 use crate::ops::Op;
-use crate::probe::RunSpec;
+use crate::run::RunSpec;
 use gauge_engine::ReferenceChain;
 use serde::{Deserialize, Serialize};
 
@@ -105,8 +105,8 @@ impl std::fmt::Display for Stack {
 /// The llama.cpp driver chain of one run, before any token is accepted (`None` for an op
 /// llama.cpp does not have: gauge's operator decides that run). `last_n` is the penalty window
 /// (the context length for "no window").
-pub(crate) fn llama_chain(
-    spec: &RunSpec,
+pub(crate) fn llama_chain<R>(
+    spec: &RunSpec<R>,
     n_vocab: usize,
     last_n: usize,
 ) -> Result<Option<ReferenceChain>, LabError> {
@@ -140,7 +140,7 @@ mod tests {
     #[test]
     fn normalized_stays_on_gauges_operator_under_llama_cpp() {
         let spec = |op| RunSpec {
-            role: crate::probe::Role::Flip,
+            role: (),
             op,
             theta: 1.3,
             c: 5.0,

@@ -160,6 +160,11 @@ pub fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// The f64 nearest to the shortest decimal of an f32 (1.3f32 → 1.3), so JSON shows θ as typed.
+pub fn f32_to_decimal_f64(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -251,18 +251,82 @@ impl LogitSource for HashSource {
     }
 }
 
-/// A tokenizer for tests: one id per whitespace-separated word, hashed into `0..n_vocab`.
-pub fn word_tokenizer(n_vocab: usize) -> impl FnMut(&str) -> Result<Vec<TokenId>, String> {
-    move |text: &str| {
+/// A codec for tests: one id per whitespace-separated word, hashed into `0..n_vocab`; a token's
+/// text is `w<id> `; nothing ends generation.
+#[derive(Debug, Clone, Copy)]
+pub struct WordCodec {
+    n_vocab: usize,
+}
+
+impl WordCodec {
+    /// A codec for a vocabulary of `n_vocab` ids.
+    pub fn new(n_vocab: usize) -> Self {
+        WordCodec { n_vocab }
+    }
+}
+
+impl crate::run::Codec for WordCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
         Ok(text
             .split_whitespace()
-            .map(|w| {
-                let h = w.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-                });
-                (h % n_vocab as u64) as TokenId
-            })
+            .map(|w| (crate::run::resume::fnv1a64(w.as_bytes()) % self.n_vocab as u64) as TokenId)
             .collect())
+    }
+    fn piece(&self, token: TokenId) -> Vec<u8> {
+        format!("w{token} ").into_bytes()
+    }
+    fn is_eog(&self, _token: TokenId) -> bool {
+        false
+    }
+}
+
+/// A codec around a tokenizing closure (pieces as [`WordCodec`]'s): for tests of what the
+/// experiments do with a tokenizer's output.
+pub struct FnCodec<F>(pub F);
+
+impl<F> std::fmt::Debug for FnCodec<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FnCodec")
+    }
+}
+
+impl<F: Fn(&str) -> Result<Vec<TokenId>, String>> crate::run::Codec for FnCodec<F> {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
+        (self.0)(text)
+    }
+    fn piece(&self, token: TokenId) -> Vec<u8> {
+        format!("w{token} ").into_bytes()
+    }
+    fn is_eog(&self, _token: TokenId) -> bool {
+        false
+    }
+}
+
+/// A codec for the JSON task on the hash source: prompt bytes folded into the vocabulary (at most
+/// 40 tokens), token pieces chosen so greedy outputs hit braces, a key, the stop string and the
+/// end of generation (token 3).
+#[derive(Debug, Clone, Copy)]
+pub struct BraceCodec;
+
+impl crate::run::Codec for BraceCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
+        Ok(text
+            .bytes()
+            .take(40)
+            .map(|b| TokenId::from(b) % 500 + 4)
+            .collect())
+    }
+    fn piece(&self, t: TokenId) -> Vec<u8> {
+        match t % 23 {
+            0 => b"\n\n".to_vec(),
+            1 | 2 => b"{".to_vec(),
+            3 | 4 => b"}".to_vec(),
+            5 => b"\"a\": 1".to_vec(),
+            _ => b"x".to_vec(),
+        }
+    }
+    fn is_eog(&self, t: TokenId) -> bool {
+        t == 3
     }
 }
 

@@ -1,7 +1,7 @@
-//! The lab applies the note's operators on rows itself (for probe speed); this checks them against
-//! gauge-sampling's `penalties` stage, the library users actually run, on the same rows, shifts and
-//! histories: ctrl and subtractive must give bit-identical rows, normalized rows must agree to f32
-//! rounding (the two sum the log-sum-exp in different orders) and pick the same greedy token.
+//! The lab decides on rows itself (for probe speed) with gauge-sampling's operator functions; this
+//! checks its rows against gauge-sampling's `penalties` stage, the library users actually run, on
+//! the same rows, shifts and histories: every operator must give bit-identical rows (and so the
+//! same greedy token).
 
 use gauge_lab::ops::{apply_row, argmax_first, Op, Penalty, SeenSet};
 use gauge_lab::testing::splitmix64;
@@ -60,9 +60,10 @@ fn stage_row(
 
 #[test]
 fn lab_operators_agree_with_the_sampling_librarys_penalties_stage() {
-    let n = 2000;
     let mut compared = 0;
     for trial in 0..60u64 {
+        // lengths off the 16-wide blocks too, so the summation's tail is compared
+        let n = 2000 + (trial % 7) as usize;
         let offset = [-150.0f32, -5.0, 0.0, 13.0, 25.0][(trial % 5) as usize];
         let z = row(trial, n, offset);
         let prompt: Vec<TokenId> = (0..30)
@@ -87,27 +88,9 @@ fn lab_operators_agree_with_the_sampling_librarys_penalties_stage() {
                     let mut lab = Vec::new();
                     apply_row(&z, c, &pen, seen.members(), &mut lab);
                     let lib = stage_row(&z, c, op, theta, 1.0, &prompt, &gen);
-                    match op {
-                        Op::Ctrl | Op::Subtractive => {
-                            assert_eq!(lab, lib, "trial {trial} c {c} {op} θ {theta}")
-                        }
-                        _ => {
-                            let worst = lab
-                                .iter()
-                                .zip(&lib)
-                                .map(|(a, b)| (a - b).abs())
-                                .fold(0.0f32, f32::max);
-                            assert!(
-                                worst < 1e-4,
-                                "trial {trial} c {c} {op} θ {theta}: max |Δ| = {worst}"
-                            );
-                            assert_eq!(
-                                argmax_first(&lab),
-                                argmax_first(&lib),
-                                "trial {trial} c {c} {op} θ {theta}"
-                            );
-                        }
-                    }
+                    let bits = |r: &[f32]| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&lab), bits(&lib), "trial {trial} c {c} {op} θ {theta}");
+                    assert_eq!(argmax_first(&lab), argmax_first(&lib));
                     compared += 1;
                 }
             }

@@ -6,13 +6,12 @@
 //! plans — and on a real model the batches, which its logits depend on — are identical.
 
 use gauge_engine::{LlamaSource, Model, ModelOptions, Registry, DEFAULT_MODEL};
-use gauge_lab::json::{compare_json_runs, run_json, JsonConfig, TextCodec};
+use gauge_lab::json::{compare_json_runs, run_json, JsonConfig};
 use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
 use gauge_lab::stack::Stack;
-use gauge_lab::testing::{word_tokenizer, HashSource, HashSourceConfig};
+use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};
-use gauge_sampling::TokenId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,8 +30,7 @@ fn quiet() -> RunControl {
 
 fn hash_probe(root: &Path, cfg: &ProbeConfig) -> ProbeSummary {
     let mut src = HashSource::new(HashSourceConfig::default());
-    let mut tok = word_tokenizer(512);
-    run_probe_with(&mut src, &mut tok, cfg, root, &quiet()).unwrap()
+    run_probe_with(&mut src, &WordCodec::new(512), cfg, root, &quiet()).unwrap()
 }
 
 /// Both stacks of one probe grid; returns (gauge summary, llama summary, agreement).
@@ -88,29 +86,6 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
     }
 }
 
-struct ToyCodec;
-
-impl TextCodec for ToyCodec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        Ok(text
-            .bytes()
-            .take(40)
-            .map(|b| TokenId::from(b) % 500 + 4)
-            .collect())
-    }
-    fn piece(&self, t: TokenId) -> Vec<u8> {
-        match t % 23 {
-            0 => b"\n\n".to_vec(),
-            1 | 2 => b"{".to_vec(),
-            3 | 4 => b"}".to_vec(),
-            _ => b"x".to_vec(),
-        }
-    }
-    fn is_eog(&self, t: TokenId) -> bool {
-        t == 3
-    }
-}
-
 #[test]
 fn json_task_agrees_across_stacks_on_the_hash_source() {
     let base = JsonConfig {
@@ -128,7 +103,7 @@ fn json_task_agrees_across_stacks_on_the_hash_source() {
             ..base.clone()
         };
         let mut src = HashSource::new(HashSourceConfig::default());
-        sums.push(run_json(&mut src, &ToyCodec, &cfg, &root, &quiet()).unwrap());
+        sums.push(run_json(&mut src, &BraceCodec, &cfg, &root, &quiet()).unwrap());
     }
     let (n, same, verdict) = compare_json_runs(
         &root,
@@ -176,9 +151,7 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
     let root = tmp("real");
     let mut run = |root: &Path, cfg: &ProbeConfig| -> ProbeSummary {
         let mut src = LlamaSource::new(Arc::clone(&model)).unwrap();
-        let m = Arc::clone(&model);
-        let mut tok = move |t: &str| m.tokenize(t, true, false).map_err(|e| e.to_string());
-        run_probe_with(&mut src, &mut tok, cfg, root, &quiet()).unwrap()
+        run_probe_with(&mut src, model.as_ref(), cfg, root, &quiet()).unwrap()
     };
     let (g, l, a) = both(&root, &base, &mut run);
     assert_eq!(a.runs, 3 * (3 * 2 * 2 + 3));

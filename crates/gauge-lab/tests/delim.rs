@@ -3,10 +3,9 @@
 //! the real HumanEval file (pulled through the registry like a model).
 
 use gauge_lab::delim::humaneval::{self, Task};
-use gauge_lab::delim::{
-    delim_run_dir, run_delim, DelimCodec, DelimConfig, DelimLine, DelimSummary,
-};
+use gauge_lab::delim::{delim_run_dir, run_delim, DelimConfig, DelimLine, DelimSummary};
 use gauge_lab::ops::Op;
+use gauge_lab::run::Codec;
 use gauge_lab::testing::{HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use gauge_sampling::TokenId;
@@ -17,8 +16,8 @@ use std::path::{Path, PathBuf};
 /// everything else a word.
 struct ToyCodec;
 
-impl DelimCodec for ToyCodec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
+impl Codec for ToyCodec {
+    fn tokenize(&self, text: &str, _parse_special: bool) -> Result<Vec<TokenId>, String> {
         Ok(text
             .bytes()
             .take(30)
@@ -39,6 +38,9 @@ impl DelimCodec for ToyCodec {
         } else {
             self.token_text(t)
         }
+    }
+    fn is_eog(&self, t: TokenId) -> bool {
+        t == 7
     }
 }
 

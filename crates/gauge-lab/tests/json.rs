@@ -3,9 +3,10 @@
 
 use gauge_engine::LogitSource;
 use gauge_lab::json::schema::{a2_schemas, json_prompt, SchemaCheck};
-use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary, TextCodec};
-use gauge_lab::probe::fnv1a64;
-use gauge_lab::testing::{HashSource, HashSourceConfig};
+use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary};
+use gauge_lab::run::resume::fnv1a64;
+use gauge_lab::run::Codec;
+use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use gauge_sampling::TokenId;
 use std::path::{Path, PathBuf};
@@ -50,32 +51,6 @@ fn outputs_are_scored_like_the_notes_first_json_and_schema_valid() {
     assert_eq!(reason("{\"transparency\": 30"), "no_json");
 }
 
-/// Token pieces chosen so greedy outputs of the hash source hit braces, stop strings and EOG.
-struct ToyCodec;
-
-impl TextCodec for ToyCodec {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        // bytes folded into the vocabulary, capped so prompts stay short
-        Ok(text
-            .bytes()
-            .take(40)
-            .map(|b| TokenId::from(b) % 500 + 4)
-            .collect())
-    }
-    fn piece(&self, t: TokenId) -> Vec<u8> {
-        match t % 23 {
-            0 => b"\n\n".to_vec(),
-            1 | 2 => b"{".to_vec(),
-            3 | 4 => b"}".to_vec(),
-            5 => b"\"a\": 1".to_vec(),
-            _ => b"x".to_vec(),
-        }
-    }
-    fn is_eog(&self, t: TokenId) -> bool {
-        t == 3
-    }
-}
-
 fn cfg() -> JsonConfig {
     JsonConfig {
         model: "hash-source".into(),
@@ -98,7 +73,7 @@ fn run(
     ctl: RunControl,
 ) -> (Result<JsonSummary, LabError>, HashSource) {
     let mut src = HashSource::new(HashSourceConfig::default());
-    let r = run_json(&mut src, &ToyCodec, cfg, root, &ctl);
+    let r = run_json(&mut src, &BraceCodec, cfg, root, &ctl);
     (r, src)
 }
 
@@ -215,20 +190,20 @@ fn json_resume_after_abort_reproduces_the_summary_byte_for_byte() {
     assert_eq!(n, 7 * 6, "no output lost or counted twice");
 }
 
-/// The ToyCodec with every prompt one token longer: what a chat template or BOS change does.
+/// The BraceCodec with every prompt one token longer: what a chat template or BOS change does.
 struct LongerPrompts;
 
-impl TextCodec for LongerPrompts {
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String> {
-        let mut v = ToyCodec.tokenize_prompt(text)?;
+impl Codec for LongerPrompts {
+    fn tokenize(&self, text: &str, special: bool) -> Result<Vec<TokenId>, String> {
+        let mut v = BraceCodec.tokenize(text, special)?;
         v.insert(0, 1);
         Ok(v)
     }
     fn piece(&self, t: TokenId) -> Vec<u8> {
-        ToyCodec.piece(t)
+        BraceCodec.piece(t)
     }
     fn is_eog(&self, t: TokenId) -> bool {
-        ToyCodec.is_eog(t)
+        BraceCodec.is_eog(t)
     }
 }
 

@@ -3,7 +3,8 @@
 use gauge_engine::LogitSource;
 use gauge_lab::ops::Op;
 use gauge_lab::probe::{run_dir, RawLine};
-use gauge_lab::testing::{word_tokenizer, HashSource, HashSourceConfig};
+use gauge_lab::run::{Codec, Grid};
+use gauge_lab::testing::{FnCodec, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe, run_probe_with, LabError, ProbeConfig, ProbeSummary, RunControl};
 use std::path::{Path, PathBuf};
 
@@ -36,10 +37,10 @@ fn run(
     ctl: RunControl,
 ) -> (Result<ProbeSummary, LabError>, HashSource) {
     let mut src = source();
-    let mut tok = word_tokenizer(src.n_vocab());
+    let tok = WordCodec::new(src.n_vocab());
     let r = run_probe_with(
         &mut src,
-        &mut tok,
+        &tok,
         cfg,
         root,
         &RunControl {
@@ -305,15 +306,8 @@ fn zero_point_tracks_the_sources_offset() {
             offset,
             ..Default::default()
         });
-        let mut tok = word_tokenizer(512);
-        let s = run_probe(
-            &mut src,
-            &mut tok,
-            &cfg,
-            &tmp(&format!("zp{offset}")),
-            false,
-        )
-        .unwrap();
+        let tok = WordCodec::new(512);
+        let s = run_probe(&mut src, &tok, &cfg, &tmp(&format!("zp{offset}")), false).unwrap();
         assert_eq!(s.zero_point.positive_fraction, frac);
         // top-1 = offset + noise (< spread) + peak + one echo boost per recent occurrence
         let m = s.zero_point.median_top1_logit;
@@ -333,8 +327,8 @@ fn outputs_include_report_and_plots() {
     };
     let root = tmp("outputs");
     let mut src = source();
-    let mut tok = word_tokenizer(512);
-    let s = run_probe(&mut src, &mut tok, &cfg, &root, false).unwrap();
+    let tok = WordCodec::new(512);
+    let s = run_probe(&mut src, &tok, &cfg, &root, false).unwrap();
     let dir = run_dir(&root, &cfg);
     for f in ["config.json", "raw.jsonl", "summary.json", "REPORT.md"] {
         assert!(dir.join(f).is_file(), "{f}");
@@ -365,26 +359,26 @@ fn outputs_include_report_and_plots() {
 #[test]
 fn tokenizer_failures_and_bad_configs_are_typed_errors() {
     let mut src = source();
-    let mut bad_tok = |_: &str| -> Result<Vec<i32>, String> { Err("boom".into()) };
-    let r = run_probe(&mut src, &mut bad_tok, &cfg(), &tmp("badtok"), false);
+    let bad_tok = FnCodec(|_: &str| -> Result<Vec<i32>, String> { Err("boom".into()) });
+    let r = run_probe(&mut src, &bad_tok, &cfg(), &tmp("badtok"), false);
     assert!(matches!(r, Err(LabError::Tokenize { prefix: 0, .. })));
-    let mut empty_tok = |_: &str| -> Result<Vec<i32>, String> { Ok(vec![]) };
+    let empty_tok = FnCodec(|_: &str| -> Result<Vec<i32>, String> { Ok(vec![]) });
     assert!(matches!(
-        run_probe(&mut src, &mut empty_tok, &cfg(), &tmp("emptytok"), false),
+        run_probe(&mut src, &empty_tok, &cfg(), &tmp("emptytok"), false),
         Err(LabError::Tokenize { .. })
     ));
-    let mut oob_tok = |_: &str| -> Result<Vec<i32>, String> { Ok(vec![100_000]) };
+    let oob_tok = FnCodec(|_: &str| -> Result<Vec<i32>, String> { Ok(vec![100_000]) });
     assert!(matches!(
-        run_probe(&mut src, &mut oob_tok, &cfg(), &tmp("oobtok"), false),
+        run_probe(&mut src, &oob_tok, &cfg(), &tmp("oobtok"), false),
         Err(LabError::Tokenize { .. })
     ));
-    let mut tok = word_tokenizer(512);
+    let tok = WordCodec::new(512);
     let bad = ProbeConfig {
         thetas: vec![1.3],
         ..cfg()
     };
     assert!(matches!(
-        run_probe(&mut src, &mut tok, &bad, &tmp("badcfg"), false),
+        run_probe(&mut src, &tok, &bad, &tmp("badcfg"), false),
         Err(LabError::Config { .. })
     ));
 }
@@ -395,8 +389,8 @@ fn source_limits_surface_as_errors_and_free_everything() {
         max_sequences: 4,
         ..Default::default()
     });
-    let mut tok = word_tokenizer(512);
-    let r = run_probe(&mut src, &mut tok, &cfg(), &tmp("limits"), false);
+    let tok = WordCodec::new(512);
+    let r = run_probe(&mut src, &tok, &cfg(), &tmp("limits"), false);
     assert!(matches!(r, Err(LabError::Source(_))), "{r:?}");
     assert_eq!(src.live(), 0);
 }
@@ -408,12 +402,12 @@ fn results_from_other_prompt_tokens_are_not_resumed() {
     run(&root, &cfg, RunControl::default()).0.unwrap();
     // the same configuration, prefixes tokenized with a leading BOS-like token
     let mut src = source();
-    let mut words = word_tokenizer(src.n_vocab());
-    let mut with_bos = move |t: &str| {
-        let mut v = words(t)?;
+    let words = WordCodec::new(src.n_vocab());
+    let with_bos = FnCodec(move |t: &str| {
+        let mut v = words.tokenize(t, false)?;
         v.insert(0, 1);
         Ok(v)
-    };
-    let r = run_probe_with(&mut src, &mut with_bos, &cfg, &root, &RunControl::default());
+    });
+    let r = run_probe_with(&mut src, &with_bos, &cfg, &root, &RunControl::default());
     assert!(matches!(r, Err(LabError::ConfigMismatch { .. })), "{r:?}");
 }

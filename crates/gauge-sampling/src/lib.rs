@@ -63,16 +63,23 @@ pub mod chain;
 pub mod error;
 pub mod fields;
 pub mod gauge;
+mod kernels;
 pub mod ops;
 pub mod order;
-pub mod overlay;
+mod overlay;
 pub mod params;
 pub mod presets;
 pub mod rng;
 pub mod sampler;
 pub mod samplers;
-pub mod scan;
+/// libstdc++'s sorts and llama.cpp's bucket sort, ported with their tie order: internal, public
+/// only with the `testing` feature (this crate's tie-order tests).
+#[cfg(feature = "testing")]
 pub mod sort;
+#[cfg(not(feature = "testing"))]
+mod sort;
+/// Synthetic logit rows and benchmark scenarios: for benches and tests, behind the `bench` feature.
+#[cfg(any(test, feature = "bench"))]
 pub mod synth;
 pub mod trace;
 pub mod vocab;
@@ -81,9 +88,10 @@ pub use candidates::{Candidates, TokenData, TokenId};
 pub use chain::{Chain, ChainBuilder};
 pub use error::{Result, SamplingError};
 pub use order::SamplerType;
+pub use overlay::Overlay;
 pub use params::SamplingParams;
 pub use presets::Preset;
-pub use sampler::{Sampler, Shift};
+pub use sampler::{CloneSampler, Sampler, Shift};
 pub use vocab::Vocab;
 
 // The README's Rust example is compiled and run as a doctest, so it cannot drift from the API.

@@ -205,7 +205,7 @@ pub fn top_n_sigma_cut<I: Iterator<Item = f32>>(
 /// below -126 are read as -126.
 ///
 /// Not llama.cpp's `expf`: it only *classifies* entries whose exact `expf` provably does not matter
-/// or rounds the same way (see `scan::SortedSoftmax`), never produces a value that reaches a
+/// or rounds the same way (see `kernels::sorted_softmax`), never produces a value that reaches a
 /// probability. Method: `y = k + f` with `k = round(y)` (magic-number rounding, exact) and
 /// `|f| <= 1/2` (exact subtraction), `2^f` by the degree-5 Taylor polynomial of `e^(f ln 2)`, times
 /// `2^k` built from the exponent bits (exact). So the relative error is the polynomial's alone, for

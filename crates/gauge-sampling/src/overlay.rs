@@ -9,45 +9,77 @@
 //! directly. The result is bit-identical to filling first (each edit computes the same f32 from the
 //! same input), and the slow path (`materialize`) is always available.
 //!
-//! Two dense stages are cheap to describe without touching the row, so they are recorded as
-//! pending [`Transform`]s instead of being applied: plain temperature (`x / t`, per element, the
-//! same f32 division) and top-n-sigma's mask. Readers apply them in the order they were recorded.
+//! Two kinds of dense stage are cheap to describe without touching the row, so they are recorded
+//! as pending [`Transform`]s instead of being applied: plain temperature (`x / t`, per element,
+//! the same f32 division) and threshold masks. Readers apply them in the order they were recorded.
 //! An edit remembers how many transforms existed when it was written: a stage after a transform
 //! writes the final value, so later reads apply only the transforms recorded after it. This keeps
 //! `get`, the scanning kernels and `materialize` exactly equal to running the stages one by one on
 //! a filled array.
 //!
-//! # The top-n-sigma mask is lazy
+//! # Lazy masks
 //!
-//! Its threshold `cut = max - n·std` comes from two f32 accumulations in array order (the sum, then
-//! the squares), which are latency-bound: computed exactly, they cost several times the rest of
-//! the chain. But the mask usually matters little: top-k right after it only needs to know that at
-//! least `k` entries survive. So the stage records [`Transform::MaskSigma`] with a rigorous
-//! interval `[lo, hi]` around the exact `cut` (from one vectorised pass; see
-//! `samplers::top_n_sigma`): entries below `lo` are masked, entries at or above `hi` are kept,
-//! and only a reader that meets an entry inside the band asks for the exact cut
-//! ([`Overlay::sigma_cut`]), which is computed once per step, exactly as the stage computes it on
-//! a filled array, from a snapshot of the values it saw.
+//! A mask whose exact cut is expensive (top-n-sigma's: two latency-bound f32 accumulations in
+//! array order) may be recorded as [`Transform::LazyMask`]: a rigorous interval `[lo, hi]` around
+//! the exact cut, and the stage's own function ([`LazyCut`]) to compute the cut should anyone need
+//! it. Entries below `lo` are masked, entries at or above `hi` are kept, and only a reader that
+//! meets an entry inside the band asks for the exact cut ([`Overlay::lazy_cut`]), which is
+//! computed once per step, exactly as the stage computes it on a filled array, from a snapshot of
+//! the values the stage saw ([`StageValues`]). The overlay knows nothing of how the cut is defined.
 
 use std::sync::OnceLock;
 
 use crate::candidates::{Candidates, TokenId};
-use crate::ops::top_n_sigma_cut;
 
 /// A whole-row operation recorded instead of applied (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Transform {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Transform {
     /// `x / t` with `t > 0`: llama.cpp's `temp_impl` (a division, not a multiplication by `1/t`).
     Div(f32),
-    /// `x < cut` becomes `-inf`, anything else is kept, with `cut` known exactly.
-    MaskBelow(f32),
-    /// top-n-sigma's mask with `n` sigmas, `cut` not yet computed but known to lie in `[lo, hi]`.
-    MaskSigma { n: f32, lo: f32, hi: f32 },
+    /// A mask whose `cut` is not yet computed but known to lie in `[lo, hi]` (recorded with
+    /// [`Overlay::push_lazy_mask`], which keeps the function that computes the cut).
+    LazyMask { lo: f32, hi: f32 },
+}
+
+/// The exact cut of a lazy mask, computed on first need by the stage's own function from the
+/// values it saw: `f(values, arg)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LazyCut {
+    pub f: fn(&StageValues<'_>, f32) -> f32,
+    pub arg: f32,
+}
+
+/// The values a lazy mask's stage saw, in id order: the row, the edits made before the stage and
+/// the transforms recorded before it.
+#[derive(Debug)]
+pub(crate) struct StageValues<'a> {
+    ov: &'a Overlay,
+    row: &'a [f32],
+    stage: u8,
+}
+
+impl StageValues<'_> {
+    /// The values, in id order (cheap to call again: nothing is stored).
+    pub fn iter(&self) -> impl Iterator<Item = f32> + '_ {
+        let (ov, row, stage) = (self.ov, self.row, self.stage);
+        let snap = &ov.mask_snap;
+        let mut next = 0usize;
+        row.iter().enumerate().map(move |(i, &x)| {
+            let (v, k) = match snap.get(next) {
+                Some(&(id, v, k)) if id as usize == i => {
+                    next += 1;
+                    (v, k)
+                }
+                _ => (x, 0),
+            };
+            ov.transform_range(k, stage, v, row)
+        })
+    }
 }
 
 /// How many transforms may be pending at once. Two covers `temp` before mirostat and a mask before
 /// top-k; a stage that would need a third simply runs on the filled array.
-pub const MAX_TRANSFORMS: usize = 2;
+pub(crate) const MAX_TRANSFORMS: usize = 2;
 
 /// Reusable storage for sparse edits over a row of `n` logits. Lookups are O(1) through a
 /// generation-stamped slot table, so clearing between steps is O(edits), not O(n).
@@ -63,15 +95,17 @@ pub struct Overlay {
     chunks_dirty: bool,
     xf: [Option<Transform>; MAX_TRANSFORMS],
     n_xf: u8,
-    /// The edits as the pending `MaskSigma` saw them (sorted by id), so later edits cannot change
+    /// The edits as the pending `LazyMask` saw them (sorted by id), so later edits cannot change
     /// what its exact cut is computed from.
-    sigma_snap: Vec<(TokenId, f32, u8)>,
-    /// The exact top-n-sigma cut, computed on first need.
-    sigma_cut: OnceLock<f32>,
+    mask_snap: Vec<(TokenId, f32, u8)>,
+    /// How the pending lazy mask computes its exact cut.
+    lazy: Option<LazyCut>,
+    /// The lazy mask's exact cut, computed on first need.
+    lazy_cut: OnceLock<f32>,
 }
 
 /// Width of the blocks the scanning kernels test at once.
-pub const CHUNK: usize = 16;
+pub(crate) const CHUNK: usize = 16;
 
 impl Overlay {
     /// Forget all edits and transforms and size the tables for a row of `n` logits.
@@ -91,8 +125,9 @@ impl Overlay {
         self.chunks_dirty = false;
         self.xf = [None; MAX_TRANSFORMS];
         self.n_xf = 0;
-        self.sigma_snap.clear();
-        self.sigma_cut = OnceLock::new();
+        self.mask_snap.clear();
+        self.lazy = None;
+        self.lazy_cut = OnceLock::new();
     }
 
     #[inline]
@@ -105,15 +140,8 @@ impl Overlay {
     fn apply_one(&self, t: Transform, x: f32, row: &[f32]) -> f32 {
         match t {
             Transform::Div(d) => x / d,
-            Transform::MaskBelow(c) => {
-                if x < c {
-                    f32::NEG_INFINITY
-                } else {
-                    x
-                }
-            }
-            Transform::MaskSigma { lo, hi, .. } => {
-                if x >= hi || (x >= lo && x >= self.sigma_cut(row)) {
+            Transform::LazyMask { lo, hi, .. } => {
+                if x >= hi || (x >= lo && x >= self.lazy_cut(row)) {
                     x
                 } else {
                     f32::NEG_INFINITY
@@ -148,7 +176,7 @@ impl Overlay {
 
     /// The value of `id` with only the first `upto` transforms applied.
     #[inline]
-    pub fn value_at(&self, row: &[f32], id: usize, upto: usize) -> f32 {
+    pub(crate) fn value_at(&self, row: &[f32], id: usize, upto: usize) -> f32 {
         self.value_upto(row, id, upto.min(self.n_xf as usize) as u8)
     }
 
@@ -177,55 +205,59 @@ impl Overlay {
         }
     }
 
-    /// Whether `id` has an edit.
-    #[inline]
-    pub fn is_edited(&self, id: usize) -> bool {
-        self.slot_of(id).is_some()
-    }
-
     /// Record a whole-row transform. `false` (nothing recorded) when `MAX_TRANSFORMS` are pending,
     /// or for a second lazy mask: the caller then declines its sparse form.
-    pub fn push_transform(&mut self, t: Transform) -> bool {
+    pub(crate) fn push_transform(&mut self, t: Transform) -> bool {
         if (self.n_xf as usize) >= MAX_TRANSFORMS {
             return false;
         }
-        if let Transform::MaskSigma { .. } = t {
+        if let Transform::LazyMask { .. } = t {
             if self
                 .transforms()
-                .any(|t| matches!(t, Transform::MaskSigma { .. }))
+                .any(|t| matches!(t, Transform::LazyMask { .. }))
             {
                 return false;
             }
-            self.sigma_snap.clear();
-            self.sigma_snap.extend_from_slice(&self.edits);
-            self.sigma_snap.sort_unstable_by_key(|e| e.0);
+            self.mask_snap.clear();
+            self.mask_snap.extend_from_slice(&self.edits);
+            self.mask_snap.sort_unstable_by_key(|e| e.0);
         }
         self.xf[self.n_xf as usize] = Some(t);
         self.n_xf += 1;
         true
     }
 
+    /// Record a lazy mask with band `[lo, hi]` whose exact cut `cut` computes; `false` as
+    /// [`Overlay::push_transform`].
+    pub(crate) fn push_lazy_mask(&mut self, lo: f32, hi: f32, cut: LazyCut) -> bool {
+        let ok = self.push_transform(Transform::LazyMask { lo, hi });
+        if ok {
+            self.lazy = Some(cut);
+        }
+        ok
+    }
+
     /// The pending transforms, in the order they apply.
-    pub fn transforms(&self) -> impl Iterator<Item = Transform> + '_ {
+    pub(crate) fn transforms(&self) -> impl Iterator<Item = Transform> + '_ {
         self.xf[..self.n_xf as usize].iter().flatten().copied()
     }
 
     /// How many transforms are pending.
     #[inline]
-    pub fn n_transforms(&self) -> usize {
+    pub(crate) fn n_transforms(&self) -> usize {
         self.n_xf as usize
     }
 
     /// Whether any transform is pending (readers of raw row blocks must then transform them).
     #[inline]
-    pub fn has_transforms(&self) -> bool {
+    pub(crate) fn has_transforms(&self) -> bool {
         self.n_xf > 0
     }
 
     /// An upper bound on `|x|` over the finite values of the row as it stands (raw entries, edits,
     /// pending divisions), `+inf` when no finite bound holds. Temperature asks this before it
     /// records a division, which must not overflow (see [`crate::ops::temp_overflows`]).
-    pub fn max_abs_bound(&self, row: &[f32]) -> f32 {
+    pub(crate) fn max_abs_bound(&self, row: &[f32]) -> f32 {
         // On the bits: for finite values `|x|`'s bit pattern orders like `|x|`, and non-finite
         // ones (>= the exponent-all-ones pattern) count as 0. An integer max vectorises.
         const EXP_ALL_ONES: u32 = 0x7f80_0000;
@@ -250,59 +282,50 @@ impl Overlay {
 
     /// The pending divisor when the only transform is a temperature division (mirostat's fast path
     /// divides as it reads).
-    pub fn only_div(&self) -> Option<f32> {
+    pub(crate) fn only_div(&self) -> Option<f32> {
         match (self.n_xf, self.xf[0]) {
             (1, Some(Transform::Div(t))) => Some(t),
             _ => None,
         }
     }
 
-    /// `(lo, hi)` of a lazy top-n-sigma mask when it is the last pending transform and no edit was
-    /// written after it: then every entry's value before the mask is at hand and the mask is the
-    /// only thing between it and the current value (an edit after the mask is final and must not
-    /// be masked again).
-    pub fn last_sigma_band(&self) -> Option<(f32, f32)> {
+    /// `(lo, hi)` of a lazy mask when it is the last pending transform and no edit was written
+    /// after it: then every entry's value before the mask is at hand and the mask is the only
+    /// thing between it and the current value (an edit after the mask is final and must not be
+    /// masked again).
+    pub(crate) fn last_lazy_band(&self) -> Option<(f32, f32)> {
         let last = self.n_xf.checked_sub(1)?;
         if self.edits.iter().any(|e| e.2 > last) {
             return None;
         }
         match self.xf[last as usize] {
-            Some(Transform::MaskSigma { lo, hi, .. }) => Some((lo, hi)),
+            Some(Transform::LazyMask { lo, hi, .. }) => Some((lo, hi)),
             _ => None,
         }
     }
 
-    /// The exact cut of the pending top-n-sigma mask (`-inf`, masking nothing, if there is none),
-    /// computed on first use exactly as the stage computes it on the filled array: over the values
-    /// it saw (the row, the edits made before it, the transforms before it), in id order.
-    pub fn sigma_cut(&self, row: &[f32]) -> f32 {
-        *self.sigma_cut.get_or_init(|| {
-            let Some((stage, n)) = self.transforms().enumerate().find_map(|(i, t)| match t {
-                Transform::MaskSigma { n, .. } => Some((i as u8, n)),
-                _ => None,
-            }) else {
+    /// The exact cut of the pending lazy mask (`-inf`, masking nothing, if there is none),
+    /// computed on first use by its stage's function over the values the stage saw.
+    pub(crate) fn lazy_cut(&self, row: &[f32]) -> f32 {
+        *self.lazy_cut.get_or_init(|| {
+            let stage = self
+                .transforms()
+                .position(|t| matches!(t, Transform::LazyMask { .. }));
+            let (Some(stage), Some(cut)) = (stage, self.lazy) else {
                 return f32::NEG_INFINITY;
             };
-            let snap = &self.sigma_snap;
-            let vals = || {
-                let mut next = 0usize;
-                row.iter().enumerate().map(move |(i, &x)| {
-                    let (v, k) = match snap.get(next) {
-                        Some(&(id, v, k)) if id as usize == i => {
-                            next += 1;
-                            (v, k)
-                        }
-                        _ => (x, 0),
-                    };
-                    self.transform_range(k, stage, v, row)
-                })
+            let stage = stage as u8;
+            let values = StageValues {
+                ov: self,
+                row,
+                stage,
             };
-            top_n_sigma_cut(vals, n).unwrap_or(f32::NEG_INFINITY)
+            (cut.f)(&values, cut.arg)
         })
     }
 
     /// Bring the sorted list of edited chunks up to date (call before scanning).
-    pub fn prepare(&mut self) {
+    pub(crate) fn prepare(&mut self) {
         if self.chunks_dirty {
             self.chunks.clear();
             self.chunks.extend(
@@ -317,7 +340,7 @@ impl Overlay {
     }
 
     /// Chunk indices holding edits, sorted (valid after `prepare`).
-    pub fn edited_chunks(&self) -> &[u32] {
+    pub(crate) fn edited_chunks(&self) -> &[u32] {
         debug_assert!(!self.chunks_dirty, "Overlay::prepare not called");
         &self.chunks
     }
@@ -326,7 +349,7 @@ impl Overlay {
     /// `CHUNK` long): `block` itself when it holds no edit and no transform is pending, else the
     /// values written into `buf`.
     #[inline]
-    pub fn current_block<'a>(
+    pub(crate) fn current_block<'a>(
         &self,
         row: &[f32],
         start: usize,
@@ -340,7 +363,7 @@ impl Overlay {
     /// Like [`Overlay::current_block`], with only the first `upto` transforms applied (a kernel
     /// that handles the last transform itself reads the values before it).
     #[inline]
-    pub fn block_upto<'a>(
+    pub(crate) fn block_upto<'a>(
         &self,
         row: &[f32],
         start: usize,
@@ -364,10 +387,7 @@ impl Overlay {
         for t in self.xf[..upto as usize].iter().flatten() {
             match *t {
                 Transform::Div(d) => buf[..n].iter_mut().for_each(|x| *x /= d),
-                Transform::MaskBelow(c) => buf[..n]
-                    .iter_mut()
-                    .for_each(|x| *x = if *x < c { f32::NEG_INFINITY } else { *x }),
-                t @ Transform::MaskSigma { .. } => buf[..n]
+                t @ Transform::LazyMask { .. } => buf[..n]
                     .iter_mut()
                     .for_each(|x| *x = self.apply_one(t, *x, row)),
             }
@@ -393,10 +413,10 @@ impl Overlay {
             else {
                 continue;
             };
-            if let Transform::MaskSigma { .. } = t {
+            if let Transform::LazyMask { .. } = t {
                 // The cut from the snapshot of what the stage saw: an entry edited again after the
                 // mask no longer holds its pre-mask value here (its final value is written below).
-                let cut = self.sigma_cut(row);
+                let cut = self.lazy_cut(row);
                 s.iter_mut().for_each(|c| {
                     if c.logit < cut {
                         c.logit = f32::NEG_INFINITY
@@ -422,7 +442,9 @@ mod tests {
         ov.set(0, 2.0); // before the division: read as 2 / 2
         assert!(ov.push_transform(Transform::Div(2.0)));
         ov.set(1, 5.0); // after it: final
-        assert!(ov.push_transform(Transform::MaskBelow(1.0)));
+                        // a mask at 1.0 (its band a single point; the cut function returns its argument)
+        let at = |_: &StageValues<'_>, c: f32| -> f32 { c };
+        assert!(ov.push_lazy_mask(1.0, 1.0, LazyCut { f: at, arg: 1.0 }));
         assert!(
             !ov.push_transform(Transform::Div(3.0)),
             "at most two pending"
@@ -453,37 +475,5 @@ mod tests {
         ov.materialize(&row, &mut c);
         assert_eq!(c.as_slice()[1].logit, 6.0);
         assert_eq!(c.as_slice()[0].logit, 1.5);
-    }
-
-    #[test]
-    fn lazy_sigma_mask_uses_the_values_it_saw_even_after_later_edits() {
-        // finite 0, 2, 1 (and an edit 5 -> 1 before the mask): mean 1, population std sqrt(2/3),
-        // cut 2 - 0.816 = 1.18; a later edit of id 0 to 9 must not change the cut
-        let row = [0.0f32, 2.0, f32::NEG_INFINITY, 5.0];
-        let mut ov = Overlay::default();
-        ov.reset(row.len());
-        ov.set(3, 1.0);
-        assert!(ov.push_transform(Transform::MaskSigma {
-            n: 1.0,
-            lo: -100.0,
-            hi: 100.0
-        }));
-        assert!(
-            !ov.push_transform(Transform::MaskSigma {
-                n: 1.0,
-                lo: 0.0,
-                hi: 0.0
-            }),
-            "one lazy mask"
-        );
-        ov.set(0, 9.0);
-        let cut = ov.sigma_cut(&row);
-        assert!((cut - (2.0 - (2.0f32 / 3.0).sqrt())).abs() < 1e-6, "{cut}");
-        let got: Vec<f32> = (0..4).map(|i| ov.get(&row, i)).collect();
-        assert_eq!(got, [9.0, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
-        let mut c = Candidates::new();
-        ov.materialize(&row, &mut c);
-        let filled: Vec<f32> = c.as_slice().iter().map(|t| t.logit).collect();
-        assert_eq!(filled, got);
     }
 }

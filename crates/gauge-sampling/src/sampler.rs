@@ -37,7 +37,7 @@ pub enum FromRow {
 ///
 /// `apply` never fails: the chain validates its input once (finite logits, non-empty set) before the
 /// stages run, exactly as llama.cpp's samplers trust `llama_sampler_sample`.
-pub trait Sampler: Send + std::fmt::Debug {
+pub trait Sampler: CloneSampler + Send + std::fmt::Debug {
     /// The runtime name llama.cpp prints in the chain (`top-k`, `?top-k` for a placeholder, ...).
     fn name(&self) -> &str;
     /// Transform the candidate set in place.
@@ -69,8 +69,24 @@ pub trait Sampler: Send + std::fmt::Debug {
     fn reset(&mut self) {}
     /// Whether this stage, as configured, is shift-invariant.
     fn shift(&self) -> Shift;
-    /// A copy with the same state (used by the runtime gauge check).
-    fn box_clone(&self) -> Box<dyn Sampler>;
+    /// A copy with the same state (used by the runtime gauge check). Provided for every `Clone`
+    /// stage by [`CloneSampler`]; there is no reason to override it.
+    fn box_clone(&self) -> Box<dyn Sampler> {
+        self.clone_sampler()
+    }
+}
+
+/// Boxed copies of a stage, implemented once for every `Sampler + Clone`, so a stage only derives
+/// `Clone` instead of writing its own `box_clone`.
+pub trait CloneSampler {
+    /// A boxed copy with the same state.
+    fn clone_sampler(&self) -> Box<dyn Sampler>;
+}
+
+impl<T: Sampler + Clone + 'static> CloneSampler for T {
+    fn clone_sampler(&self) -> Box<dyn Sampler> {
+        Box::new(self.clone())
+    }
 }
 
 impl Clone for Box<dyn Sampler> {

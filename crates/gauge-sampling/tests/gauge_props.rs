@@ -14,10 +14,10 @@
 //! * The chain's sparse path for penalties and DRY leaves the same bits as `apply`.
 
 use gauge_sampling::gauge;
-use gauge_sampling::overlay::Overlay;
 use gauge_sampling::samplers::dry::{self, DryConfig};
 use gauge_sampling::samplers::greedy;
 use gauge_sampling::samplers::penalties::{self, PenaltiesConfig, PenaltyMode, Window};
+use gauge_sampling::Overlay;
 use gauge_sampling::{Candidates, Chain, Sampler, Shift, TokenId};
 use proptest::prelude::*;
 

@@ -19,7 +19,7 @@
 //!   vs kept positions among seen, positive top-1s, with the note's two-sample bootstrap).
 //!
 //! The decode shares work like the probe (one prefill per prompt, forks on disagreement, one batch
-//! for a chunk of prompts) and resumes per chunk ([`crate::results`]).
+//! for a chunk of prompts) and resumes per chunk ([`crate::run::resume`]).
 
 pub mod classify;
 pub mod facts;
@@ -27,15 +27,20 @@ pub mod humaneval;
 pub mod predict;
 
 use crate::error::LabError;
-use crate::ops::Op;
-use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
-use crate::probe::decode::{decode_chunk, DecodeOptions, PrefixJob};
-use crate::probe::{f32_to_decimal_f64, Role, RunControl, RunSpec};
-use crate::results::{open_run_dir, progress_bar, write_atomic, ChunkLine, ChunkLog};
+use crate::ops::{Op, SeenSet};
+use crate::plot::{line_chart_svg, LineChart, Series};
+use crate::run::codec::{tokenize_prompts, PromptStyle};
+use crate::run::decode::{decode_chunk, Observer, PrefixJob};
+use crate::run::resume::{open_run, progress_bar, write_outputs, ChunkLine, ChunkRunner};
+use crate::run::spec::{
+    check_alpha, check_count, check_in_plan, check_model, check_ops, check_thetas, Chunking, Grid,
+    ThetaFloor, MAX_TOKENS,
+};
+use crate::run::{op_theta_plan, Codec, RunControl, RunSpec};
 use crate::stack::Stack;
-use crate::stats::{bootstrap_diff_ci, mean};
+use crate::stats::{bootstrap_diff_ci, f32_to_decimal_f64, mean};
 use classify::{classify_bytes, Tags};
-use facts::Positions;
+use facts::{row_facts, Positions, RowFacts};
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
 use humaneval::Task;
@@ -47,18 +52,6 @@ use std::path::{Path, PathBuf};
 
 /// Bumped when a change makes old results incomparable (part of the run id).
 pub const DELIM_FORMAT: u32 = 1;
-
-/// What the analysis needs from a tokenizer.
-pub trait DelimCodec {
-    /// Tokenize a prompt with the model's defaults (BOS iff the model asks for one; the note
-    /// tokenized with each HF tokenizer's defaults).
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String>;
-    /// `tok.decode([id])`: the token's bytes with control tokens RENDERED as their text (the
-    /// classifier must not see `<eos>` as an empty, hence "structural", token).
-    fn token_text(&self, token: TokenId) -> Vec<u8>;
-    /// The bytes a generated token adds to the output text (control tokens add nothing).
-    fn piece(&self, token: TokenId) -> Vec<u8>;
-}
 
 /// Every knob of `gauge delim`. `Default` is the quick grid; [`DelimConfig::full_grid`] the note's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,103 +109,50 @@ impl DelimConfig {
 
     /// Check every field.
     pub fn validate(&self) -> Result<(), LabError> {
-        if self.model.trim().is_empty() {
-            return Err(LabError::config("model", "\"\"", "a non-empty label"));
-        }
-        if self.prompts == 0 {
-            return Err(LabError::config("prompts", 0, ">= 1"));
-        }
-        if self.tokens == 0 || self.tokens > 100_000 {
-            return Err(LabError::config("tokens", self.tokens, "1..=100000"));
-        }
-        for (i, &t) in self.thetas.iter().enumerate() {
-            if !(t.is_finite() && t >= 1.0) {
-                return Err(LabError::config(
-                    "theta",
-                    t,
-                    "finite values >= 1 (a penalty; the predictors assume θ ≥ 1)",
-                ));
-            }
-            if self.thetas[..i].contains(&t) {
-                return Err(LabError::config("theta", t, "distinct values"));
-            }
-        }
-        if !self.thetas.contains(&1.0) || self.thetas.len() < 2 {
+        check_model(&self.model)?;
+        check_count("prompts", self.prompts, usize::MAX)?;
+        check_count("tokens", self.tokens, MAX_TOKENS)?;
+        check_thetas(&self.thetas, ThetaFloor::One, true)?;
+        if self.thetas.len() < 2 {
             return Err(LabError::config(
                 "theta",
                 format!("{:?}", self.thetas),
                 "1.0 (the gate: no flips with the penalty off) and at least one θ > 1",
             ));
         }
-        if self.ops.is_empty() {
-            return Err(LabError::config(
-                "ops",
-                "[]",
-                "one or more of ctrl, normalized, subtractive",
-            ));
-        }
-        for (i, op) in self.ops.iter().enumerate() {
-            if self.ops[..i].contains(op) {
-                return Err(LabError::config("ops", op, "distinct operators"));
-            }
-        }
-        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
-            return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
-        }
-        if self.bootstrap_resamples == 0 {
-            return Err(LabError::config("bootstrap_resamples", 0, ">= 1"));
-        }
-        if self.batch_prompts == 0 {
-            return Err(LabError::config("batch_prompts", 0, ">= 1"));
-        }
+        check_ops(&self.ops)?;
+        check_alpha(self.alpha)?;
+        check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
+        check_count("batch_prompts", self.batch_prompts, usize::MAX)?;
         Ok(())
     }
 
     /// Deterministic run id (model label + hash of the configuration).
     pub fn run_id(&self) -> String {
-        crate::results::run_id("delim", DELIM_FORMAT, &self.model, self)
+        crate::run::resume::run_id("delim", DELIM_FORMAT, &self.model, self)
     }
 
     /// The decodes of every prompt, op-major.
     pub fn plan(&self) -> Vec<RunSpec> {
-        let mut v = Vec::new();
-        for &op in &self.ops {
-            for &theta in &self.thetas {
-                v.push(RunSpec {
-                    role: Role::Delim,
-                    op,
-                    theta,
-                    c: 0.0,
-                    alpha: self.alpha,
-                });
-            }
-        }
-        v
-    }
-
-    fn n_chunks(&self) -> usize {
-        self.prompts.div_ceil(self.batch_prompts)
-    }
-
-    fn chunk(&self, k: usize) -> std::ops::Range<usize> {
-        let a = k * self.batch_prompts;
-        a..(a + self.batch_prompts).min(self.prompts)
-    }
-
-    /// Most sequences a chunk can hold live at once.
-    pub fn max_sequences_per_chunk(&self) -> usize {
-        self.batch_prompts * self.plan().len()
-    }
-
-    /// Shrink `batch_prompts` so a chunk never needs more than `n_seq_max` sequences.
-    pub fn fit_batch(&mut self, n_seq_max: usize) {
-        let per = self.plan().len().max(1);
-        self.batch_prompts = self.batch_prompts.min((n_seq_max / per).max(1));
+        op_theta_plan(&self.ops, &self.thetas, self.alpha)
     }
 
     /// The θ values pooled by the analysis (every θ ≠ 1), in grid order.
     pub fn pooled_thetas(&self) -> Vec<f32> {
         self.thetas.iter().copied().filter(|&t| t != 1.0).collect()
+    }
+}
+
+impl Grid for DelimConfig {
+    fn chunking(&self) -> Chunking {
+        Chunking {
+            prompts: self.prompts,
+            batch: self.batch_prompts,
+            runs_per_prompt: self.plan().len(),
+        }
+    }
+    fn set_batch(&mut self, batch: usize) {
+        self.batch_prompts = batch;
     }
 }
 
@@ -441,7 +381,7 @@ pub fn delim_run_dir(out_root: &Path, cfg: &DelimConfig) -> PathBuf {
 /// flipped at θ = 1.
 pub fn run_delim(
     source: &mut dyn LogitSource,
-    codec: &dyn DelimCodec,
+    codec: &dyn Codec,
     tasks: &[Task],
     cfg: &DelimConfig,
     out_root: &Path,
@@ -456,22 +396,16 @@ pub fn run_delim(
         ));
     }
     let tasks = &tasks[..cfg.prompts];
-    let n_vocab = source.n_vocab();
     let n_ctx = source.n_ctx();
-    let mut prompts = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let ids = codec
-            .tokenize_prompt(&t.prompt)
-            .map_err(|message| LabError::Tokenize {
-                prefix: t.index,
-                message,
-            })?;
-        if ids.is_empty() || ids.iter().any(|&x| x < 0 || x as usize >= n_vocab) {
-            return Err(LabError::Tokenize {
-                prefix: t.index,
-                message: "empty prompt or token outside the vocabulary".into(),
-            });
-        }
+    // The note tokenized with each HF tokenizer's defaults: BOS iff the model asks, no
+    // special-token parsing.
+    let style = PromptStyle {
+        chat: false,
+        parse_special: false,
+    };
+    let texts = tasks.iter().map(|t| (t.index, t.prompt.as_str()));
+    let prompts = tokenize_prompts(codec, texts, style, source.n_vocab())?;
+    for (t, ids) in tasks.iter().zip(&prompts) {
         if ids.len() + cfg.tokens > n_ctx {
             return Err(LabError::config(
                 "tokens",
@@ -484,23 +418,12 @@ pub fn run_delim(
                 ),
             ));
         }
-        prompts.push(ids);
     }
-    let dir = open_run_dir(out_root, &cfg.run_id(), cfg)?;
     let plan = cfg.plan();
-    let expected = |(_, chunk): (u8, usize)| cfg.chunk(chunk).len() * plan.len();
+    let chunking = cfg.chunking();
+    let expected = |(_, chunk): (u8, usize)| chunking.chunk(chunk).len() * plan.len();
     let check = |l: &DelimLine| -> Result<(), String> {
-        let spec = plan.get(l.run).ok_or("run outside the plan")?;
-        if l.prompt >= cfg.prompts
-            || !cfg.chunk(l.chunk).contains(&l.prompt)
-            || spec.op != l.op
-            || spec.theta != l.theta
-        {
-            return Err(format!(
-                "line for prompt {} run {} does not match the plan",
-                l.prompt, l.run
-            ));
-        }
+        check_in_plan(&plan, &chunking, (l.prompt, l.chunk, l.run), l.op, l.theta)?;
         let n = l.positions.len();
         if n != cfg.tokens
             || !l.positions.is_consistent()
@@ -517,57 +440,33 @@ pub fn run_delim(
         }
         Ok(())
     };
-    let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    crate::results::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+    let (dir, mut log) = open_run(out_root, &cfg.run_id(), cfg, &expected, &check, |l| {
         l.prompt_tokens == prompts[l.prompt].len()
     })?;
     let done = log.done_units(0);
-    let opts = DecodeOptions {
-        tokens: cfg.tokens,
-        window: cfg.window,
-        sharing: ctl.sharing,
-        naive_ops: !ctl.sharing,
-        stack: Stack::Gauge,
-        record: true,
-    };
+    let opts = ctl.decode_options(cfg.tokens, cfg.window, Stack::Gauge);
     let bar = progress_bar(
         ctl.progress,
         "HumanEval delim ",
         (cfg.prompts * cfg.tokens) as u64,
         done.iter()
-            .map(|&k| (cfg.chunk(k).len() * cfg.tokens) as u64)
+            .map(|&k| (chunking.chunk(k).len() * cfg.tokens) as u64)
             .sum(),
         "prompt-positions",
     );
     let mut tags: HashMap<TokenId, Tags> = HashMap::new();
-    let mut chunks_run = 0;
-    for k in 0..cfg.n_chunks() {
-        if done.contains(&k) {
-            continue;
-        }
-        if ctl.abort_after_chunks.is_some_and(|n| chunks_run >= n) {
-            return Err(LabError::Aborted { chunks: chunks_run });
-        }
-        let range = cfg.chunk(k);
-        let jobs: Vec<PrefixJob<'_>> = range
-            .clone()
-            .map(|p| PrefixJob {
-                prompt: &prompts[p],
-                specs: &plan,
-            })
-            .collect();
-        let n_jobs = jobs.len() as u64;
-        let results = decode_chunk(
-            source,
-            &jobs,
-            opts,
-            &mut || bar.inc(n_jobs),
-            &mut |_, _, _| false,
-        )?;
+    ChunkRunner::new(ctl).run_phase(&mut log, 0, chunking.n_chunks(), |k| {
+        let range = chunking.chunk(k);
+        let jobs = PrefixJob::same_plan(&prompts, range.clone(), &plan);
+        let mut obs = PositionLog {
+            facts: None,
+            positions: vec![vec![Positions::with_capacity(cfg.tokens); plan.len()]; jobs.len()],
+            bar: &bar,
+        };
+        let results = decode_chunk(source, &jobs, opts, &mut obs)?;
         let mut lines = Vec::new();
-        for (p, res) in range.zip(results) {
-            for (run, (spec, r)) in plan.iter().zip(res).enumerate() {
-                let positions = r.positions.unwrap_or_default();
+        for ((p, res), positions) in range.zip(results).zip(obs.positions) {
+            for (run, ((spec, r), positions)) in plan.iter().zip(res).zip(positions).enumerate() {
                 let t: Vec<Tags> = positions
                     .top1
                     .iter()
@@ -611,34 +510,46 @@ pub fn run_delim(
                 });
             }
         }
-        log.append(lines)?;
-        chunks_run += 1;
-    }
+        Ok(lines)
+    })?;
     bar.finish_and_clear();
     let summary = analyze(cfg, &log.lines);
-    let json = serde_json::to_string_pretty(&summary).map_err(|e| LabError::Parse {
-        path: dir.join("summary.json"),
-        line: 0,
-        message: e.to_string(),
-    })? + "\n";
-    write_atomic(&dir.join("summary.json"), json.as_bytes())?;
-    let mut plots = Vec::new();
-    if ctl.plots {
-        write_svg_png(
-            &dir,
-            "delim_vs_theta",
-            &line_chart_svg(&delim_chart(&summary)),
-        )?;
-        plots.push("delim_vs_theta".to_string());
-    }
-    write_atomic(
-        &dir.join("REPORT.md"),
-        delim_report(cfg, &summary, &plots).as_bytes(),
-    )?;
+    let plots = if ctl.plots {
+        vec![("delim_vs_theta", line_chart_svg(&delim_chart(&summary)))]
+    } else {
+        Vec::new()
+    };
+    write_outputs(&dir, &summary, plots, |names| {
+        delim_report(cfg, &summary, names)
+    })?;
     if let Some(details) = summary.gate_failure() {
         return Err(LabError::GateFailed { details });
     }
     Ok(summary)
+}
+
+/// delim's view of the decode: every position's pre-penalty facts (one O(V) pass per group row,
+/// shared by the group's runs) with the token each run emitted.
+struct PositionLog<'a> {
+    facts: Option<RowFacts>,
+    /// `[job][run]`.
+    positions: Vec<Vec<Positions>>,
+    bar: &'a indicatif::ProgressBar,
+}
+
+impl Observer for PositionLog<'_> {
+    fn new_row(&mut self) {
+        self.facts = None;
+    }
+
+    fn record(&mut self, job: usize, run: usize, row: &[f32], seen: &SeenSet, pick: TokenId) {
+        let f = *self.facts.get_or_insert_with(|| row_facts(row, seen));
+        self.positions[job][run].push(&f, pick);
+    }
+
+    fn stepped(&mut self) {
+        self.bar.inc(self.positions.len() as u64);
+    }
 }
 
 /// Accumulators of one op (pooled) or one (op, θ).
@@ -915,15 +826,10 @@ pub fn render_delim_table(s: &DelimSummary) -> String {
         "validity gate (θ = 1 flips 0 for every op): {}",
         if pass { "PASS" } else { "FAIL" }
     );
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
     let _ = writeln!(
         o,
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        s.forward_tokens, s.naive_forward_tokens, saved
+        "{}",
+        crate::report::work_line(s.forward_tokens, s.naive_forward_tokens)
     );
     o
 }
@@ -1077,14 +983,7 @@ fn delim_report(cfg: &DelimConfig, s: &DelimSummary, plots: &[String]) -> String
             c(&op.two_sided)
         );
     }
-    let _ = writeln!(
-        o,
-        "\nWork: {} forward tokens evaluated vs {} for a naive run.\n",
-        s.forward_tokens, s.naive_forward_tokens
-    );
-    for p in plots {
-        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
-    }
+    crate::report::work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
     let _ = writeln!(
         o,
         "Definitions. Flip: emitted ≠ pre-penalty top-1 (first argmax of the fp32 row). Clean: top-1 seen, z_top > 0, runner-up unseen; the note's predictor is `g < z_top·(1 − 1/θ)` on raw logits for every op. gauge's two-sided predictor: flip ⟺ `z_top − z_u < m`, u the best unseen token, m = z_top − f(z_top) for the op's own f (ctrl: `z(1 − 1/θ)` above 0, `(θ − 1)|z|` at or below; normalized: `(θ − 1)·(−ln p_top)`; subtractive: α). Delimiter: the pre-penalty top-1 decodes (stripped) to nothing or only `{{}}[]()\"',:;=`; brackets-only drops whitespace-only tokens and `'`. Delimiter-flip rate: per record #(flip ∧ delimiter) / #positions, averaged over records. Confidence contrast: seen top-1s with z_top > 0, two-sample bootstrap ({} resamples, seed {}).",

@@ -10,17 +10,23 @@
 //!
 //! Decoding shares work like the probe: the runs of one schema start as one sequence (one prefill
 //! of the ~500-token prompt), fork when their decisions differ, and leave the tree when they stop.
-//! Results are resumable per chunk of schemas (see [`crate::results`]).
+//! Results are resumable per chunk of schemas (see [`crate::run::resume`]).
 
 pub mod schema;
 
 use crate::error::LabError;
 use crate::ops::Op;
-use crate::plot::{line_chart_svg, write_svg_png, LineChart, Series};
-use crate::probe::decode::{decode_chunk, DecodeOptions, PrefixJob};
-use crate::probe::{f32_to_decimal_f64, Role, RunControl, RunSpec};
-use crate::results::{open_run_dir, progress_bar, write_atomic, ChunkLine, ChunkLog};
+use crate::plot::{line_chart_svg, LineChart, Series};
+use crate::run::codec::{tokenize_prompts, PromptStyle};
+use crate::run::decode::{decode_chunk, Observer, PrefixJob};
+use crate::run::resume::{open_run, progress_bar, write_outputs, ChunkLine, ChunkRunner};
+use crate::run::spec::{
+    check_alpha, check_count, check_in_plan, check_model, check_ops, check_thetas, Chunking, Grid,
+    ThetaFloor, MAX_TOKENS,
+};
+use crate::run::{op_theta_plan, Codec, RunControl, RunSpec};
 use crate::stack::Stack;
+use crate::stats::f32_to_decimal_f64;
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
 use schema::{a2_schemas, first_json, json_prompt, Extracted, SchemaCheck};
@@ -34,17 +40,6 @@ pub const JSON_FORMAT: u32 = 1;
 
 /// Stop strings of the note's JSON task (kept in the output).
 pub const STOP_STRINGS: [&str; 2] = ["\n\n", "```"];
-
-/// What A2 needs from a tokenizer beyond token ids.
-pub trait TextCodec {
-    /// Tokenize a prompt (BOS and special-token handling are the caller's choice).
-    fn tokenize_prompt(&self, text: &str) -> Result<Vec<TokenId>, String>;
-    /// The bytes a generated token adds to the output text (control tokens add nothing, as with
-    /// `skip_special_tokens=True`).
-    fn piece(&self, token: TokenId) -> Vec<u8>;
-    /// Does this token end generation (EOS / end-of-generation)?
-    fn is_eog(&self, token: TokenId) -> bool;
-}
 
 /// Every knob of `gauge json`; `Default` is the note's grid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,97 +93,37 @@ impl Default for JsonConfig {
 impl JsonConfig {
     /// Check every field.
     pub fn validate(&self) -> Result<(), LabError> {
-        let n = a2_schemas().len();
-        if self.model.trim().is_empty() {
-            return Err(LabError::config("model", "\"\"", "a non-empty label"));
-        }
-        if self.schemas == 0 || self.schemas > n {
-            return Err(LabError::config(
-                "schemas",
-                self.schemas,
-                &format!("1..={n}"),
-            ));
-        }
-        if self.thetas.is_empty() || self.thetas.iter().any(|t| !(t.is_finite() && *t > 0.0)) {
-            return Err(LabError::config(
-                "theta",
-                format!("{:?}", self.thetas),
-                "one or more finite values > 0",
-            ));
-        }
-        for (i, t) in self.thetas.iter().enumerate() {
-            if self.thetas[..i].contains(t) {
-                return Err(LabError::config("theta", t, "distinct values"));
-            }
-        }
-        if self.ops.is_empty() {
-            return Err(LabError::config(
-                "ops",
-                "[]",
-                "one or more of ctrl, normalized, subtractive",
-            ));
-        }
-        for (i, op) in self.ops.iter().enumerate() {
-            if self.ops[..i].contains(op) {
-                return Err(LabError::config("ops", op, "distinct operators"));
-            }
-        }
-        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
-            return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
-        }
-        if self.max_tokens == 0 || self.max_tokens > 100_000 {
-            return Err(LabError::config(
-                "max_tokens",
-                self.max_tokens,
-                "1..=100000",
-            ));
-        }
-        if self.batch_schemas == 0 {
-            return Err(LabError::config("batch_schemas", 0, ">= 1"));
-        }
+        check_model(&self.model)?;
+        check_count("schemas", self.schemas, a2_schemas().len())?;
+        check_thetas(&self.thetas, ThetaFloor::Positive, false)?;
+        check_ops(&self.ops)?;
+        check_alpha(self.alpha)?;
+        check_count("max_tokens", self.max_tokens, MAX_TOKENS)?;
+        check_count("batch_schemas", self.batch_schemas, usize::MAX)?;
         Ok(())
     }
 
     /// Deterministic run id (model label + hash of the configuration).
     pub fn run_id(&self) -> String {
-        crate::results::run_id("json", JSON_FORMAT, &self.model, self)
+        crate::run::resume::run_id("json", JSON_FORMAT, &self.model, self)
     }
 
     /// The runs decoded for every schema.
     pub fn plan(&self) -> Vec<RunSpec> {
-        let mut v = Vec::new();
-        for &op in &self.ops {
-            for &theta in &self.thetas {
-                v.push(RunSpec {
-                    role: Role::Json,
-                    op,
-                    theta,
-                    c: 0.0,
-                    alpha: self.alpha,
-                });
-            }
+        op_theta_plan(&self.ops, &self.thetas, self.alpha)
+    }
+}
+
+impl Grid for JsonConfig {
+    fn chunking(&self) -> Chunking {
+        Chunking {
+            prompts: self.schemas,
+            batch: self.batch_schemas,
+            runs_per_prompt: self.plan().len(),
         }
-        v
     }
-
-    fn n_chunks(&self) -> usize {
-        self.schemas.div_ceil(self.batch_schemas)
-    }
-
-    fn chunk(&self, k: usize) -> std::ops::Range<usize> {
-        let a = k * self.batch_schemas;
-        a..(a + self.batch_schemas).min(self.schemas)
-    }
-
-    /// Most sequences a chunk can hold live at once.
-    pub fn max_sequences_per_chunk(&self) -> usize {
-        self.batch_schemas * self.plan().len()
-    }
-
-    /// Shrink `batch_schemas` so a chunk never needs more than `n_seq_max` sequences.
-    pub fn fit_batch(&mut self, n_seq_max: usize) {
-        let per = self.plan().len().max(1);
-        self.batch_schemas = self.batch_schemas.min((n_seq_max / per).max(1));
+    fn set_batch(&mut self, batch: usize) {
+        self.batch_schemas = batch;
     }
 }
 
@@ -278,106 +213,84 @@ pub fn json_run_dir(out_root: &Path, cfg: &JsonConfig) -> PathBuf {
     out_root.join(cfg.run_id())
 }
 
-/// Run (or resume) A2 on `source`, writing `out_root/<run-id>/`.
+/// The A2 view of the decode: each output's text so far, to stop a run at end-of-generation or
+/// at a stop string.
+struct StopStrings<'a> {
+    codec: &'a dyn Codec,
+    /// `[job][run]`: the generated bytes.
+    texts: Vec<Vec<Vec<u8>>>,
+}
+
+impl Observer for StopStrings<'_> {
+    fn stop(&mut self, job: usize, run: usize, tokens: &[TokenId]) -> bool {
+        let Some(&t) = tokens.last() else {
+            return false;
+        };
+        if self.codec.is_eog(t) {
+            return true;
+        }
+        let buf = &mut self.texts[job][run];
+        let from = buf.len().saturating_sub(2);
+        buf.extend_from_slice(&self.codec.piece(t));
+        STOP_STRINGS
+            .iter()
+            .any(|s| contains(&buf[from..], s.as_bytes()))
+    }
+}
+
+/// Run (or resume) A2 on `source`, writing `out_root/<run-id>/`. Prompts are tokenized with
+/// special-token parsing (the note's llama.cpp A2 driver), through the chat template when
+/// `cfg.chat_template`.
 pub fn run_json(
     source: &mut dyn LogitSource,
-    codec: &dyn TextCodec,
+    codec: &dyn Codec,
     cfg: &JsonConfig,
     out_root: &Path,
     ctl: &RunControl,
 ) -> Result<JsonSummary, LabError> {
     cfg.validate()?;
     let schemas = &a2_schemas()[..cfg.schemas];
-    let n_vocab = source.n_vocab();
-    let mut prompts = Vec::with_capacity(schemas.len());
-    for e in schemas {
-        let ids = codec
-            .tokenize_prompt(&json_prompt(e))
-            .map_err(|message| LabError::Tokenize {
-                prefix: e.index,
-                message,
-            })?;
-        if ids.is_empty() || ids.iter().any(|&t| t < 0 || t as usize >= n_vocab) {
-            return Err(LabError::Tokenize {
-                prefix: e.index,
-                message: "empty prompt or token outside the vocabulary".into(),
-            });
-        }
-        prompts.push(ids);
-    }
-    let dir = open_run_dir(out_root, &cfg.run_id(), cfg)?;
-    let plan = cfg.plan();
-    let expected = |(_, chunk): (u8, usize)| cfg.chunk(chunk).len() * plan.len();
-    let check = |l: &JsonLine| -> Result<(), String> {
-        let spec = plan.get(l.run).ok_or("run outside the plan")?;
-        if l.schema >= cfg.schemas
-            || !cfg.chunk(l.chunk).contains(&l.schema)
-            || spec.op != l.op
-            || spec.theta != l.theta
-        {
-            return Err(format!(
-                "line for schema {} run {} does not match the plan",
-                l.schema, l.run
-            ));
-        }
-        Ok(())
+    let texts: Vec<String> = schemas.iter().map(json_prompt).collect();
+    let style = PromptStyle {
+        chat: cfg.chat_template,
+        parse_special: true,
     };
-    let mut log = ChunkLog::open(dir.join("raw.jsonl"), &expected, &check)?;
-    crate::results::ensure_same_prompts(&log.lines, &dir.join("raw.jsonl"), |l| {
+    let prompts = tokenize_prompts(
+        codec,
+        schemas
+            .iter()
+            .zip(&texts)
+            .map(|(e, t)| (e.index, t.as_str())),
+        style,
+        source.n_vocab(),
+    )?;
+    let plan = cfg.plan();
+    let chunking = cfg.chunking();
+    let expected = |(_, chunk): (u8, usize)| chunking.chunk(chunk).len() * plan.len();
+    let check =
+        |l: &JsonLine| check_in_plan(&plan, &chunking, (l.schema, l.chunk, l.run), l.op, l.theta);
+    let (dir, mut log) = open_run(out_root, &cfg.run_id(), cfg, &expected, &check, |l| {
         l.prompt_tokens == prompts[l.schema].len()
     })?;
     let done = log.done_units(0);
-    let opts = DecodeOptions {
-        tokens: cfg.max_tokens,
-        window: cfg.window,
-        sharing: ctl.sharing,
-        naive_ops: !ctl.sharing,
-        stack: cfg.sampler,
-        record: false,
-    };
+    let opts = ctl.decode_options(cfg.max_tokens, cfg.window, cfg.sampler);
     let bar = progress_bar(
         ctl.progress,
         "A2 json ",
         cfg.schemas as u64,
-        done.iter().map(|&k| cfg.chunk(k).len() as u64).sum(),
+        done.iter().map(|&k| chunking.chunk(k).len() as u64).sum(),
         "schemas",
     );
-    let mut chunks_run = 0;
-    for k in 0..cfg.n_chunks() {
-        if done.contains(&k) {
-            continue;
-        }
-        if ctl.abort_after_chunks.is_some_and(|n| chunks_run >= n) {
-            return Err(LabError::Aborted { chunks: chunks_run });
-        }
-        let range = cfg.chunk(k);
-        let jobs: Vec<PrefixJob<'_>> = range
-            .clone()
-            .map(|s| PrefixJob {
-                prompt: &prompts[s],
-                specs: &plan,
-            })
-            .collect();
-        let mut texts: Vec<Vec<Vec<u8>>> = vec![vec![Vec::new(); plan.len()]; jobs.len()];
-        let results = {
-            let mut stop = |job: usize, run: usize, tokens: &[TokenId]| -> bool {
-                let Some(&t) = tokens.last() else {
-                    return false;
-                };
-                if codec.is_eog(t) {
-                    return true;
-                }
-                let buf = &mut texts[job][run];
-                let from = buf.len().saturating_sub(2);
-                buf.extend_from_slice(&codec.piece(t));
-                STOP_STRINGS
-                    .iter()
-                    .any(|s| contains(&buf[from..], s.as_bytes()))
-            };
-            decode_chunk(source, &jobs, opts, &mut || {}, &mut stop)?
+    ChunkRunner::new(ctl).run_phase(&mut log, 0, chunking.n_chunks(), |k| {
+        let range = chunking.chunk(k);
+        let jobs = PrefixJob::same_plan(&prompts, range.clone(), &plan);
+        let mut obs = StopStrings {
+            codec,
+            texts: vec![vec![Vec::new(); plan.len()]; jobs.len()],
         };
+        let results = decode_chunk(source, &jobs, opts, &mut obs)?;
         let mut lines = Vec::new();
-        for ((s, res), txt) in range.zip(results).zip(texts) {
+        for ((s, res), txt) in range.clone().zip(results).zip(obs.texts) {
             let entry = &schemas[s];
             let checker = SchemaCheck::new(entry);
             for (run, ((spec, r), bytes)) in plan.iter().zip(res).zip(txt).enumerate() {
@@ -410,31 +323,22 @@ pub fn run_json(
                 });
             }
         }
-        log.append(lines)?;
-        bar.inc(cfg.chunk(k).len() as u64);
-        chunks_run += 1;
-    }
+        bar.inc(range.len() as u64);
+        Ok(lines)
+    })?;
     bar.finish_and_clear();
     let summary = summarize(cfg, &log.lines);
-    let json = serde_json::to_string_pretty(&summary).map_err(|e| LabError::Parse {
-        path: dir.join("summary.json"),
-        line: 0,
-        message: e.to_string(),
-    })? + "\n";
-    write_atomic(&dir.join("summary.json"), json.as_bytes())?;
-    let mut plots = Vec::new();
-    if ctl.plots {
-        write_svg_png(
-            &dir,
+    let plots = if ctl.plots {
+        vec![(
             "json_validity_vs_theta",
-            &line_chart_svg(&validity_chart(&summary)),
-        )?;
-        plots.push("json_validity_vs_theta".to_string());
-    }
-    write_atomic(
-        &dir.join("REPORT.md"),
-        json_report(cfg, &summary, &log.lines, &plots).as_bytes(),
-    )?;
+            line_chart_svg(&validity_chart(&summary)),
+        )]
+    } else {
+        Vec::new()
+    };
+    write_outputs(&dir, &summary, plots, |names| {
+        json_report(cfg, &summary, &log.lines, names)
+    })?;
     Ok(summary)
 }
 
@@ -631,15 +535,10 @@ pub fn render_json_table(s: &JsonSummary) -> String {
     if let Some(note) = s.sampler.footnote(&ops) {
         let _ = writeln!(o, "{note}");
     }
-    let saved = if s.forward_tokens > 0 {
-        s.naive_forward_tokens as f64 / s.forward_tokens as f64
-    } else {
-        0.0
-    };
     let _ = writeln!(
         o,
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        s.forward_tokens, s.naive_forward_tokens, saved
+        "{}",
+        crate::report::work_line(s.forward_tokens, s.naive_forward_tokens)
     );
     o
 }
@@ -735,14 +634,7 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
             a.len()
         );
     }
-    let _ = writeln!(
-        o,
-        "\nWork: {} forward tokens evaluated vs {} for a naive run.\n",
-        s.forward_tokens, s.naive_forward_tokens
-    );
-    for p in plots {
-        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
-    }
+    crate::report::work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
     let _ = writeln!(
         o,
         "Definitions: valid = the first brace-balanced `{{…}}` of the output (naive brace count) parses as JSON and has no schema error under the schema's own draft, with `format` as annotation only. Conditioned = among the schemas valid at ctrl θ = 1."

@@ -6,7 +6,7 @@ use crate::ops::Op;
 use crate::probe::config::{ProbeConfig, Role};
 use crate::probe::raw::RawLine;
 use crate::probe::{ConditionSummary, ProbeSummary, ZeroPointSummary};
-use crate::stats::{bootstrap_ci, first_divergence, flips, median};
+use crate::stats::{bootstrap_ci, f32_to_decimal_f64, first_divergence, flips, median};
 use std::collections::BTreeMap;
 
 /// Per-condition facts beyond the summary.
@@ -65,11 +65,6 @@ impl Analysis {
             .collect();
         (!bad.is_empty()).then(|| bad.join("; "))
     }
-}
-
-/// The f64 nearest to the shortest decimal of an f32 (1.3f32 → 1.3), so JSON shows θ as typed.
-pub fn f32_to_decimal_f64(v: f32) -> f64 {
-    v.to_string().parse().unwrap_or(f64::from(v))
 }
 
 /// numpy `percentile` with linear interpolation on sorted data.

@@ -1,7 +1,12 @@
 //! The probe's configuration (every flag of `gauge probe`) and the plan of runs it implies.
 
 use crate::error::LabError;
-use crate::ops::{Op, Penalty};
+use crate::ops::Op;
+use crate::run::spec::{
+    check_alpha, check_count, check_model, check_ops, check_thetas, Chunking, Grid, ThetaFloor,
+    MAX_TOKENS,
+};
+use crate::run::RunSpec;
 use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 
@@ -80,54 +85,15 @@ impl ProbeConfig {
 
     /// Check every field; errors name the field and the allowed range.
     pub fn validate(&self) -> Result<(), LabError> {
-        let n_manifest = crate::prefixes::a1_prefixes().len();
-        if self.model.trim().is_empty() {
-            return Err(LabError::config("model", "\"\"", "a non-empty label"));
-        }
-        if self.prefixes == 0 || self.prefixes > n_manifest {
-            return Err(LabError::config(
-                "prefixes",
-                self.prefixes,
-                &format!("1..={n_manifest}"),
-            ));
-        }
-        if self.tokens == 0 || self.tokens > 100_000 {
-            return Err(LabError::config("tokens", self.tokens, "1..=100000"));
-        }
-        if self.thetas.is_empty() {
-            return Err(LabError::config(
-                "theta",
-                "[]",
-                "at least one θ, including 1.0",
-            ));
-        }
-        for (i, &t) in self.thetas.iter().enumerate() {
-            if !(t.is_finite() && t > 0.0) {
-                return Err(LabError::config("theta", t, "finite values > 0"));
-            }
-            if self.thetas[..i].contains(&t) {
-                return Err(LabError::config("theta", t, "distinct values"));
-            }
-        }
-        if !self.thetas.contains(&1.0) {
-            return Err(LabError::config(
-                "theta",
-                format_list(&self.thetas),
-                "a grid containing 1.0: θ = 1 is the validity gate (every op must flip 0 there)",
-            ));
-        }
-        if self.ops.is_empty() {
-            return Err(LabError::config(
-                "ops",
-                "[]",
-                "one or more of ctrl, normalized, subtractive",
-            ));
-        }
-        for (i, op) in self.ops.iter().enumerate() {
-            if self.ops[..i].contains(op) {
-                return Err(LabError::config("ops", op, "distinct operators"));
-            }
-        }
+        check_model(&self.model)?;
+        check_count(
+            "prefixes",
+            self.prefixes,
+            crate::prefixes::a1_prefixes().len(),
+        )?;
+        check_count("tokens", self.tokens, MAX_TOKENS)?;
+        check_thetas(&self.thetas, ThetaFloor::Positive, true)?;
+        check_ops(&self.ops)?;
         if !(self.shift.is_finite() && self.shift > 0.0) {
             return Err(LabError::config(
                 "shift",
@@ -135,9 +101,7 @@ impl ProbeConfig {
                 "a finite value > 0 (runs use +c and −c)",
             ));
         }
-        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
-            return Err(LabError::config("alpha", self.alpha, "a finite value >= 0"));
-        }
+        check_alpha(self.alpha)?;
         if !(self.zero_point_theta.is_finite() && self.zero_point_theta > 0.0) {
             return Err(LabError::config(
                 "zero_point_theta",
@@ -145,46 +109,19 @@ impl ProbeConfig {
                 "finite values > 0",
             ));
         }
-        if self.bootstrap_resamples == 0 {
-            return Err(LabError::config("bootstrap_resamples", 0, ">= 1"));
-        }
-        if self.batch_prefixes == 0 {
-            return Err(LabError::config("batch_prefixes", 0, ">= 1"));
-        }
+        check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
+        check_count("batch_prefixes", self.batch_prefixes, usize::MAX)?;
         Ok(())
     }
 
     /// Deterministic run id: model label + hash of the whole configuration, so the same command
     /// finds (and resumes) the same directory.
     pub fn run_id(&self) -> String {
-        crate::results::run_id("probe", PROBE_FORMAT, &self.model, self)
-    }
-
-    /// Most sequences a chunk can hold live at once (every run of every prefix diverged): the
-    /// source must allow this many.
-    pub fn max_sequences_per_chunk(&self) -> usize {
-        self.batch_prefixes * self.flip_plan().len()
-    }
-
-    /// Shrink `batch_prefixes` so a chunk never needs more than `n_seq_max` sequences.
-    pub fn fit_batch(&mut self, n_seq_max: usize) {
-        let per_prefix = self.flip_plan().len().max(1);
-        self.batch_prefixes = self.batch_prefixes.min((n_seq_max / per_prefix).max(1));
-    }
-
-    /// Number of chunks of `batch_prefixes` prefixes.
-    pub fn n_chunks(&self) -> usize {
-        self.prefixes.div_ceil(self.batch_prefixes)
-    }
-
-    /// The prefix indices of chunk `k`.
-    pub fn chunk(&self, k: usize) -> std::ops::Range<usize> {
-        let a = k * self.batch_prefixes;
-        a..(a + self.batch_prefixes).min(self.prefixes)
+        crate::run::resume::run_id("probe", PROBE_FORMAT, &self.model, self)
     }
 
     /// The runs decoded for every prefix in the first (shared-tree) phase, in a fixed order.
-    pub fn flip_plan(&self) -> Vec<RunSpec> {
+    pub fn flip_plan(&self) -> Vec<RunSpec<Role>> {
         let mut v = Vec::new();
         for &op in &self.ops {
             for &theta in &self.thetas {
@@ -217,7 +154,7 @@ impl ProbeConfig {
     }
 
     /// The run of the second phase (own-median gauge), once the median top-1 logit is known.
-    pub fn natural_spec(&self, c_nat: f32) -> RunSpec {
+    pub fn natural_spec(&self, c_nat: f32) -> RunSpec<Role> {
         RunSpec {
             role: Role::ZpNatural,
             op: Op::Ctrl,
@@ -228,7 +165,20 @@ impl ProbeConfig {
     }
 }
 
-/// What a run is for.
+impl Grid for ProbeConfig {
+    fn chunking(&self) -> Chunking {
+        Chunking {
+            prompts: self.prefixes,
+            batch: self.batch_prefixes,
+            runs_per_prompt: self.flip_plan().len(),
+        }
+    }
+    fn set_batch(&mut self, batch: usize) {
+        self.batch_prefixes = batch;
+    }
+}
+
+/// What a probe run is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -240,45 +190,6 @@ pub enum Role {
     ZpRef,
     /// c = −median top-1 at the zero-point θ: the own-median gauge.
     ZpNatural,
-    /// One (op, θ) output of the A2 JSON task.
-    Json,
-    /// One (op, θ) decode of the HumanEval delimiter analysis.
-    Delim,
-}
-
-/// One greedy decode of one prefix.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunSpec {
-    pub role: Role,
-    pub op: Op,
-    pub theta: f32,
-    pub c: f32,
-    pub alpha: f32,
-}
-
-impl RunSpec {
-    /// The operator of this run.
-    pub fn penalty(&self) -> Penalty {
-        Penalty {
-            op: self.op,
-            theta: self.theta,
-            alpha: self.alpha,
-        }
-    }
-}
-
-fn format_list(v: &[f32]) -> String {
-    v.iter()
-        .map(|t| t.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// FNV-1a, 64 bit: stable across platforms and releases (unlike `DefaultHasher`).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 #[cfg(test)]
@@ -403,18 +314,6 @@ mod tests {
         assert!(c.max_sequences_per_chunk() <= 256);
         c.fit_batch(3);
         assert_eq!(c.batch_prefixes, 1);
-    }
-
-    #[test]
-    fn chunks_cover_every_prefix_once() {
-        let c = ProbeConfig {
-            prefixes: 23,
-            batch_prefixes: 10,
-            ..ProbeConfig::default()
-        };
-        assert_eq!(c.n_chunks(), 3);
-        let all: Vec<usize> = (0..c.n_chunks()).flat_map(|k| c.chunk(k)).collect();
-        assert_eq!(all, (0..23).collect::<Vec<_>>());
     }
 
     #[test]

@@ -25,20 +25,22 @@
 
 mod analysis;
 mod config;
-pub(crate) mod decode;
 mod raw;
 
-pub use analysis::{analyze, f32_to_decimal_f64, Analysis, ConditionDetail, ZeroPointDetail};
-pub use config::{fnv1a64, ProbeConfig, Role, RunSpec, PROBE_FORMAT};
+pub use analysis::{analyze, Analysis, ConditionDetail, ZeroPointDetail};
+pub use config::{ProbeConfig, Role, PROBE_FORMAT};
 pub use raw::{RawLine, RawZeroPoint};
 
 use crate::error::LabError;
-use crate::ops::Op;
+use crate::ops::{Op, SeenSet};
 use crate::prefixes::a1_prefixes;
-use crate::results::write_atomic;
+use crate::run::codec::{tokenize_prompts, PromptStyle};
+use crate::run::decode::{decode_chunk, DecodeOptions, Observer, PrefixJob};
+use crate::run::resume::{write_atomic, write_json, ChunkRunner};
+use crate::run::Grid;
+use crate::run::{Codec, RunControl, RunSpec};
 use crate::stack::Stack;
 use crate::stats::repeats;
-use decode::{decode_chunk, DecodeOptions, PrefixJob};
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
 use indicatif::ProgressBar;
@@ -90,32 +92,6 @@ pub struct ProbeSummary {
     pub naive_forward_tokens: u64,
 }
 
-/// How to run, beyond what is measured.
-#[derive(Debug, Clone, Copy)]
-pub struct RunControl {
-    /// Draw progress bars on stderr.
-    pub progress: bool,
-    /// Stop with [`LabError::Aborted`] after this many chunks were decoded by this call (tests of
-    /// resumption).
-    pub abort_after_chunks: Option<usize>,
-    /// Share sequences between agreeing runs (default). `false` decodes every run on its own
-    /// sequence with the reference operators: the naive run that validates the sharing logic.
-    pub sharing: bool,
-    /// Write plots (SVG + PNG).
-    pub plots: bool,
-}
-
-impl Default for RunControl {
-    fn default() -> Self {
-        RunControl {
-            progress: false,
-            abort_after_chunks: None,
-            sharing: true,
-            plots: true,
-        }
-    }
-}
-
 /// The directory a configuration writes to.
 pub fn run_dir(out_root: &Path, cfg: &ProbeConfig) -> PathBuf {
     out_root.join(cfg.run_id())
@@ -124,14 +100,14 @@ pub fn run_dir(out_root: &Path, cfg: &ProbeConfig) -> PathBuf {
 /// Run (or resume) the probe. See [`run_probe_with`].
 pub fn run_probe(
     source: &mut dyn LogitSource,
-    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
+    codec: &dyn Codec,
     cfg: &ProbeConfig,
     out_root: &Path,
     progress: bool,
 ) -> Result<ProbeSummary, LabError> {
     run_probe_with(
         source,
-        tokenize,
+        codec,
         cfg,
         out_root,
         &RunControl {
@@ -141,36 +117,34 @@ pub fn run_probe(
     )
 }
 
-/// Run (or resume) the probe on `source`, tokenizing the prefixes with `tokenize`, writing
-/// `out_root/<run-id>/`. Returns the summary, or [`LabError::GateFailed`] (after writing every
-/// output) if an operator flips at θ = 1.
+/// Run (or resume) the probe on `source`, tokenizing the prefixes with `codec` (the model's
+/// defaults, no special-token parsing, as the note did), writing `out_root/<run-id>/`. Returns the
+/// summary, or [`LabError::GateFailed`] (after writing every output) if an operator flips at θ = 1.
 pub fn run_probe_with(
     source: &mut dyn LogitSource,
-    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
+    codec: &dyn Codec,
     cfg: &ProbeConfig,
     out_root: &Path,
     ctl: &RunControl,
 ) -> Result<ProbeSummary, LabError> {
     cfg.validate()?;
-    let n_vocab = source.n_vocab();
-    let prompts = tokenize_prefixes(tokenize, cfg, n_vocab)?;
+    let texts = a1_prefixes()[..cfg.prefixes]
+        .iter()
+        .map(|p| (p.index, p.prefix_text.as_str()));
+    let style = PromptStyle {
+        chat: false,
+        parse_special: false,
+    };
+    let prompts = tokenize_prompts(codec, texts, style, source.n_vocab())?;
     let mut dir = RunDir::open(out_root, cfg)?;
-    crate::results::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
+    crate::run::resume::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
         l.prompt == prompts[l.prefix]
     })?;
-    let opts = DecodeOptions {
-        tokens: cfg.tokens,
-        window: cfg.window,
-        sharing: ctl.sharing,
-        naive_ops: !ctl.sharing,
-        stack: cfg.sampler,
-        record: false,
-    };
-    let mut chunks_run = 0usize;
+    let opts = ctl.decode_options(cfg.tokens, cfg.window, cfg.sampler);
+    let mut runner = ChunkRunner::new(ctl);
 
     // Phase 1: every flip condition plus the zero-point runs, shared per prefix.
     let plan = cfg.flip_plan();
-    let done = dir.done_chunks(false);
     let bar = phase_bar(
         ctl.progress,
         cfg,
@@ -178,16 +152,10 @@ pub fn run_probe_with(
         &dir,
         false,
     );
-    for k in 0..cfg.n_chunks() {
-        if done.contains(&k) {
-            continue;
-        }
-        check_abort(ctl, chunks_run)?;
-        let specs: Vec<Vec<RunSpec>> = cfg.chunk(k).map(|_| plan.clone()).collect();
-        let lines = run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)?;
-        dir.append(lines)?;
-        chunks_run += 1;
-    }
+    runner.run_phase(dir.log_mut(), 0, cfg.n_chunks(), |k| {
+        let specs: Vec<Vec<RunSpec<Role>>> = cfg.chunk(k).map(|_| plan.clone()).collect();
+        run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)
+    })?;
     bar.finish_and_clear();
 
     // Phase 2: the own-median gauge, c = −median top-1 of the c = 0, θ = 1 decode.
@@ -200,18 +168,11 @@ pub fn run_probe_with(
         );
     }
     let nat_spec = [cfg.natural_spec(c_nat)];
-    let done = dir.done_chunks(true);
     let bar = phase_bar(ctl.progress, cfg, "A1 own-median gauge ", &dir, true);
-    for k in 0..cfg.n_chunks() {
-        if done.contains(&k) {
-            continue;
-        }
-        check_abort(ctl, chunks_run)?;
-        let specs: Vec<Vec<RunSpec>> = cfg.chunk(k).map(|_| nat_spec.to_vec()).collect();
-        let lines = run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)?;
-        dir.append(lines)?;
-        chunks_run += 1;
-    }
+    runner.run_phase(dir.log_mut(), 1, cfg.n_chunks(), |k| {
+        let specs: Vec<Vec<RunSpec<Role>>> = cfg.chunk(k).map(|_| nat_spec.to_vec()).collect();
+        run_chunk(source, cfg, &prompts, k, &specs, opts, &bar)
+    })?;
     bar.finish_and_clear();
 
     let analysis = analyze(cfg, dir.lines());
@@ -271,13 +232,6 @@ pub fn compare_probe_runs(
     Ok(out)
 }
 
-fn check_abort(ctl: &RunControl, chunks_run: usize) -> Result<(), LabError> {
-    match ctl.abort_after_chunks {
-        Some(n) if chunks_run >= n => Err(LabError::Aborted { chunks: chunks_run }),
-        _ => Ok(()),
-    }
-}
-
 fn describe_grid(cfg: &ProbeConfig) -> String {
     let ops: Vec<&str> = cfg.ops.iter().map(|o| o.name()).collect();
     let th: Vec<String> = cfg.thetas.iter().map(|t| t.to_string()).collect();
@@ -301,7 +255,7 @@ fn phase_bar(
         .iter()
         .filter(|l| l.is_natural() == natural && l.run == 0)
         .count();
-    crate::results::progress_bar(
+    crate::run::resume::progress_bar(
         progress,
         label,
         (cfg.prefixes * cfg.tokens) as u64,
@@ -310,32 +264,31 @@ fn phase_bar(
     )
 }
 
-fn tokenize_prefixes(
-    tokenize: &mut dyn FnMut(&str) -> Result<Vec<TokenId>, String>,
-    cfg: &ProbeConfig,
-    n_vocab: usize,
-) -> Result<Vec<Vec<TokenId>>, LabError> {
-    let mut out = Vec::with_capacity(cfg.prefixes);
-    for p in &a1_prefixes()[..cfg.prefixes] {
-        let ids = tokenize(&p.prefix_text).map_err(|message| LabError::Tokenize {
-            prefix: p.index,
-            message,
-        })?;
-        if ids.is_empty() {
-            return Err(LabError::Tokenize {
-                prefix: p.index,
-                message: "no tokens".into(),
-            });
+/// The probe's view of the decode: the zero-point facts of every c = 0, θ = 1 run (max raw logit
+/// per step, seen-token logits above zero) and the progress bar.
+struct ZeroPointObserver<'a> {
+    /// `[job][run]`: `Some` for zero-point runs.
+    zp: Vec<Vec<Option<RawZeroPoint>>>,
+    bar: &'a ProgressBar,
+}
+
+impl Observer for ZeroPointObserver<'_> {
+    fn record(&mut self, job: usize, run: usize, row: &[f32], seen: &SeenSet, _pick: TokenId) {
+        if let Some(zp) = self.zp[job][run].as_mut() {
+            zp.top1
+                .push(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            zp.seen_positive += seen
+                .members()
+                .iter()
+                .filter(|&&m| row[m as usize] > 0.0)
+                .count() as u64;
+            zp.seen_total += seen.len() as u64;
         }
-        if let Some(&t) = ids.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
-            return Err(LabError::Tokenize {
-                prefix: p.index,
-                message: format!("token {t} outside the vocabulary ({n_vocab})"),
-            });
-        }
-        out.push(ids);
     }
-    Ok(out)
+
+    fn stepped(&mut self) {
+        self.bar.inc(self.zp.len() as u64);
+    }
 }
 
 /// Decode chunk `k` with `specs[i]` for its i-th prefix and turn the results into raw lines.
@@ -344,12 +297,12 @@ fn run_chunk(
     cfg: &ProbeConfig,
     prompts: &[Vec<TokenId>],
     k: usize,
-    specs: &[Vec<RunSpec>],
+    specs: &[Vec<RunSpec<Role>>],
     opts: DecodeOptions,
     bar: &ProgressBar,
 ) -> Result<Vec<RawLine>, LabError> {
     let range = cfg.chunk(k);
-    let jobs: Vec<PrefixJob<'_>> = range
+    let jobs: Vec<PrefixJob<'_, Role>> = range
         .clone()
         .zip(specs)
         .map(|(p, s)| PrefixJob {
@@ -357,14 +310,28 @@ fn run_chunk(
             specs: s,
         })
         .collect();
-    let n = jobs.len() as u64;
-    let results = decode_chunk(source, &jobs, opts, &mut || bar.inc(n), &mut |_, _, _| {
-        false
-    })?;
+    let mut obs = ZeroPointObserver {
+        zp: specs
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|r| {
+                        (r.role == Role::ZeroPoint).then(|| RawZeroPoint {
+                            top1: Vec::with_capacity(cfg.tokens),
+                            seen_positive: 0,
+                            seen_total: 0,
+                        })
+                    })
+                    .collect()
+            })
+            .collect(),
+        bar,
+    };
+    let results = decode_chunk(source, &jobs, opts, &mut obs)?;
     let mut lines = Vec::new();
-    for ((p, s), res) in range.zip(specs).zip(results) {
+    for (((p, s), res), zps) in range.zip(specs).zip(results).zip(obs.zp) {
         let prompt = &prompts[p];
-        for (run, (spec, r)) in s.iter().zip(res).enumerate() {
+        for (run, ((spec, r), zp)) in s.iter().zip(res).zip(zps).enumerate() {
             lines.push(RawLine {
                 chunk: k,
                 prefix: p,
@@ -378,7 +345,7 @@ fn run_chunk(
                 tokens: r.tokens,
                 forward_tokens: r.forward_tokens,
                 naive_forward_tokens: (prompt.len() + cfg.tokens - 1) as u64,
-                zero_point: r.zp.map(Into::into),
+                zero_point: zp,
             });
         }
     }
@@ -387,12 +354,7 @@ fn run_chunk(
 
 /// `summary.json`, `REPORT.md` and the plots.
 fn write_outputs(dir: &Path, cfg: &ProbeConfig, a: &Analysis, plots: bool) -> Result<(), LabError> {
-    let json = serde_json::to_string_pretty(&a.summary).map_err(|e| LabError::Parse {
-        path: dir.join("summary.json"),
-        line: 0,
-        message: e.to_string(),
-    })? + "\n";
-    write_atomic(&dir.join("summary.json"), json.as_bytes())?;
+    write_json(dir, "summary.json", &a.summary)?;
     let plot_names = if plots {
         crate::report::write_probe_plots(dir, a)?
     } else {
@@ -406,7 +368,7 @@ fn write_outputs(dir: &Path, cfg: &ProbeConfig, a: &Analysis, plots: bool) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{word_tokenizer, HashSource, HashSourceConfig};
+    use crate::testing::{HashSource, HashSourceConfig, WordCodec};
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("gauge-lab-unit-{}-{name}", std::process::id()));
@@ -425,13 +387,13 @@ mod tests {
             ..ProbeConfig::default()
         };
         let mut src = HashSource::new(HashSourceConfig::default());
-        let mut tok = word_tokenizer(src.n_vocab());
+        let tok = WordCodec::new(src.n_vocab());
         let root = tmp("gate");
         let ctl = RunControl {
             plots: false,
             ..RunControl::default()
         };
-        match run_probe_with(&mut src, &mut tok, &cfg, &root, &ctl) {
+        match run_probe_with(&mut src, &tok, &cfg, &root, &ctl) {
             Err(LabError::GateFailed { details }) => {
                 assert!(details.contains("test_noise flipped"), "{details}");
                 assert!(
@@ -456,12 +418,12 @@ mod tests {
             ..ProbeConfig::default()
         };
         let mut src = HashSource::new(HashSourceConfig::default());
-        let mut tok = word_tokenizer(src.n_vocab());
+        let tok = WordCodec::new(src.n_vocab());
         let ctl = RunControl {
             plots: false,
             ..RunControl::default()
         };
-        let s = run_probe_with(&mut src, &mut tok, &cfg, &tmp("gate-ok"), &ctl).unwrap();
+        let s = run_probe_with(&mut src, &tok, &cfg, &tmp("gate-ok"), &ctl).unwrap();
         assert!(s
             .conditions
             .iter()

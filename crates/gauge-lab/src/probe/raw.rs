@@ -1,14 +1,13 @@
 //! The probe's raw lines (one per decoded run) and its run directory; the append/resume
-//! machinery is [`crate::results`].
+//! machinery is [`crate::run::resume`].
 
 use crate::error::LabError;
 use crate::ops::Op;
 use crate::probe::config::{ProbeConfig, Role};
-use crate::probe::decode::ZpFacts;
-use crate::results::{open_run_dir, ChunkLine, ChunkLog};
+use crate::run::resume::{open_run_dir, ChunkLine, ChunkLog};
+use crate::run::Grid;
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Zero-point facts of a line (the c = 0, θ = 1 run only).
@@ -20,16 +19,6 @@ pub struct RawZeroPoint {
     pub seen_positive: u64,
     /// Σ |S| over steps.
     pub seen_total: u64,
-}
-
-impl From<ZpFacts> for RawZeroPoint {
-    fn from(z: ZpFacts) -> Self {
-        RawZeroPoint {
-            top1: z.top1,
-            seen_positive: z.seen_positive,
-            seen_total: z.seen_total,
-        }
-    }
 }
 
 /// One decoded run.
@@ -105,14 +94,9 @@ impl RunDir {
         &self.log.lines
     }
 
-    /// Chunks of a phase already complete.
-    pub fn done_chunks(&self, natural: bool) -> BTreeSet<usize> {
-        self.log.done_units(u8::from(natural))
-    }
-
-    /// Append one complete chunk durably.
-    pub fn append(&mut self, chunk_lines: Vec<RawLine>) -> Result<(), LabError> {
-        self.log.append(chunk_lines)
+    /// The log, for the chunk loop.
+    pub fn log_mut(&mut self) -> &mut ChunkLog<RawLine> {
+        &mut self.log
     }
 }
 

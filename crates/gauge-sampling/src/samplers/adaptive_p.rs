@@ -141,8 +141,4 @@ impl Sampler for AdaptiveP {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

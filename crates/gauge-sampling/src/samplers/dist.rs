@@ -19,11 +19,11 @@
 //! candidate, with its `p`, as greedy's does.
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::reduce::{current_max, exp_weights};
 use crate::ops::max_logit;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan;
 
 /// Seeded categorical draw from the softmax of the current candidates.
 #[derive(Clone, Debug)]
@@ -54,7 +54,6 @@ impl Dist {
 }
 
 /// Build the stage (dist has no placeholder form).
-#[allow(clippy::too_many_arguments)]
 pub fn build(seed: u32) -> Box<dyn Sampler> {
     Box::new(Dist::new(seed))
 }
@@ -103,13 +102,13 @@ impl Sampler for Dist {
         if row.len() < 2 {
             return FromRow::Declined;
         }
-        let max = match scan::current_max(row, ov) {
+        let max = match current_max(row, ov) {
             None => return FromRow::Invalid,
             // all -inf: the slow path reproduces whatever llama.cpp's NaN weights do
             Some(m) if m == f32::NEG_INFINITY => return FromRow::Declined,
             Some(m) => m,
         };
-        let sum_cum = scan::exp_weights(row, ov, max, &mut self.weights);
+        let sum_cum = exp_weights(row, ov, max, &mut self.weights);
         let rnd = self.rng.uniform_f64();
         let sum_tgt = sum_cum * rnd;
         let mut sum_run = 0.0f64;
@@ -142,9 +141,6 @@ impl Sampler for Dist {
     /// except for the order of exactly tied logits after a bucket sort.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

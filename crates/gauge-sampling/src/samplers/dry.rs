@@ -273,10 +273,6 @@ impl Sampler for Dry {
         // It only subtracts, and what it subtracts depends on token ids, never on logit values.
         Shift::Invariant
     }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }
 
 /// Expand string sequence breakers against a vocabulary into `[head, tail...]` token breakers,

@@ -6,16 +6,15 @@
 //! gets `selected = None`, which the chain reports as a typed error.
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::reduce::first_max;
 use crate::overlay::Overlay;
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan;
 
 /// Argmax in array order.
 #[derive(Clone, Debug)]
 pub struct Greedy;
 
 /// Build the stage (greedy has no parameters and no placeholder form).
-#[allow(clippy::too_many_arguments)]
 pub fn build() -> Box<dyn Sampler> {
     Box::new(Greedy)
 }
@@ -41,7 +40,7 @@ impl Sampler for Greedy {
     /// One pass over the row. The array left behind holds only the chosen candidate (selected 0):
     /// greedy never reads the rest, and filling it would cost more than the scan.
     fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
-        let Some(i) = scan::first_max(row, ov) else {
+        let Some(i) = first_max(row, ov) else {
             return FromRow::Invalid;
         };
         let logit = ov.get(row, i);
@@ -63,9 +62,6 @@ impl Sampler for Greedy {
     /// Invariant: the argmax does not move with a common shift.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

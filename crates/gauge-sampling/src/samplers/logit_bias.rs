@@ -99,8 +99,4 @@ impl Sampler for LogitBias {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

@@ -25,7 +25,6 @@ pub struct MinP {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?min-p` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p <= 0.0 {
         return Placeholder::boxed("?min-p");
@@ -89,9 +88,6 @@ impl Sampler for MinP {
     /// Invariant: `logit >= max + logf(p)` compares differences of logits (up to f32 rounding).
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

@@ -25,11 +25,12 @@
 //! filled array.
 
 use crate::candidates::Candidates;
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 use crate::ops::{softmax_impl, top_k_impl};
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan::{Scan, SortedSoftmax};
 
 /// The live mirostat v1 stage. `mu` starts at `2 * tau` and returns there on reset.
 #[derive(Clone, Debug)]
@@ -188,9 +189,5 @@ impl Sampler for Mirostat {
     /// Invariant: everything it computes comes from softmax probabilities and their order.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }

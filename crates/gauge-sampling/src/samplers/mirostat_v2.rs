@@ -23,11 +23,12 @@
 //! `mu` keeps growing after such a decline it skips the scan for a few steps.
 
 use crate::candidates::Candidates;
+use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::Scan;
 use crate::ops::softmax_impl;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
-use crate::scan::{Scan, SortedSoftmax};
 
 /// Past this fraction of the vocabulary kept, the fast path declines and the chain fills and sorts
 /// the whole row once (llama.cpp's cost). Measured on 49152-entry rows at temperature 0.8: on
@@ -202,9 +203,5 @@ impl Sampler for MirostatV2 {
     /// Invariant: the cut, the draw and the update read only softmax probabilities and their order.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }

@@ -194,6 +194,26 @@ pub fn subtractive_amount(count: u32, freq: f32, present: f32) -> f32 {
     count as f32 * freq + f32::from(u8::from(count > 0)) * present
 }
 
+/// The value of a seen token after the whole stage, from its value `v` in the stage's coordinates
+/// (the raw logit for `Ctrl`, the log-probability for `Normalized`) and its frequency `count`:
+/// the repeat operator of `mode`, then [`subtractive_amount`]. The one definition every caller
+/// uses: the stage's dense and sparse paths, and gauge-lab's instrument.
+#[inline]
+pub fn penalize_seen(
+    mode: PenaltyMode,
+    v: f32,
+    repeat: f32,
+    count: u32,
+    freq: f32,
+    present: f32,
+) -> f32 {
+    let r = match mode {
+        PenaltyMode::Ctrl => ctrl_penalize(v, repeat),
+        PenaltyMode::Normalized => normalized_penalize(v, repeat),
+    };
+    r - subtractive_amount(count, freq, present)
+}
+
 /// `log_softmax` of a row in place: `ℓ_i = (z_i - max) - ln Σ exp(z_j - max)`.
 ///
 /// The differences and their `exp` are f32, the sum and the log are f64 (see the module docs).
@@ -219,8 +239,11 @@ pub fn log_softmax_inplace(row: &mut [f32]) {
 /// then into 8 interleaved f64 lanes (element `j` into lane `j % 8`) added at the end. The lane
 /// order is fixed, so the result is deterministic; it differs from a sequential sum only in f64
 /// rounding, far below what an f32 `ℓ` can hold. About 4× faster than `expf` with a serial sum.
+///
+/// Public so that gauge-lab's instrument sums exactly as the stage users run does (its
+/// cross-check compares the two bit for bit).
 #[inline]
-fn log_sum_exp_offset<T>(items: &[T], get: impl Fn(&T) -> f32, max: f32) -> f64 {
+pub fn log_sum_exp_offset<T>(items: &[T], get: impl Fn(&T) -> f32, max: f32) -> f64 {
     const BLOCK: usize = 16;
     const LANES: usize = 8;
     let mut acc = [0.0f64; LANES];
@@ -275,8 +298,10 @@ fn exp_nonpos(x: f32) -> f32 {
     p * scale
 }
 
+/// One log-probability from the row's max and [`log_sum_exp_offset`]: `(z - max) - lse`, the
+/// difference in f32, the subtraction of `lse` in f64, rounded once to f32. Monotone in `z`.
 #[inline]
-fn shifted_log_prob(z: f32, max: f32, lse: f64) -> f32 {
+pub fn shifted_log_prob(z: f32, max: f32, lse: f64) -> f32 {
     (f64::from(z - max) - lse) as f32
 }
 
@@ -348,8 +373,14 @@ impl Penalties {
     #[inline]
     fn penalize_ctrl(&self, z: f32, count: u32) -> f32 {
         let c = &self.cfg;
-        ctrl_penalize(z, c.repeat)
-            - subtractive_amount(Self::freq_count(c.once_per_token, count), c.freq, c.present)
+        penalize_seen(
+            PenaltyMode::Ctrl,
+            z,
+            c.repeat,
+            Self::freq_count(c.once_per_token, count),
+            c.freq,
+            c.present,
+        )
     }
 
     /// Whether `apply` needs the whole row (normalized mode with θ != 1).
@@ -386,8 +417,8 @@ impl Penalties {
             self.cfg.once_per_token,
         );
         for_each_keyed(data, &self.counts, |t, count| {
-            let l = normalized_penalize(t.logit, repeat);
-            t.logit = l - subtractive_amount(Self::freq_count(once, count), freq, present);
+            let n = Self::freq_count(once, count);
+            t.logit = penalize_seen(PenaltyMode::Normalized, t.logit, repeat, n, freq, present);
         });
     }
 }
@@ -459,10 +490,6 @@ impl Sampler for Penalties {
         } else {
             Shift::Invariant
         }
-    }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

@@ -29,7 +29,4 @@ impl Sampler for Placeholder {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

@@ -8,11 +8,11 @@
 
 use crate::candidates::Candidates;
 use crate::candidates::{TokenData, TokenId};
+use crate::kernels::{top_k::top_k_unique, Scan};
 use crate::ops::top_k_impl;
 use crate::overlay::Overlay;
 use crate::sampler::{FromRow, Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
-use crate::scan;
 
 /// Keep the `k` most likely candidates.
 #[derive(Clone, Debug)]
@@ -23,7 +23,6 @@ pub struct TopK {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?top-k` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(k: i32) -> Box<dyn Sampler> {
     if k <= 0 {
         return Placeholder::boxed("?top-k");
@@ -41,10 +40,10 @@ impl Sampler for TopK {
     /// One pass over the row; exact whenever the top k are free of ties (see `scan`).
     fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
         let k = (self.k.max(0) as usize).min(row.len());
-        match scan::top_k_unique(row, ov, k, None, &mut self.buf) {
-            scan::Scan::Done => {}
-            scan::Scan::Ambiguous => return FromRow::Declined,
-            scan::Scan::Invalid => return FromRow::Invalid,
+        match top_k_unique(row, ov, k, None, &mut self.buf) {
+            Scan::Done => {}
+            Scan::Ambiguous => return FromRow::Declined,
+            Scan::Invalid => return FromRow::Invalid,
         }
         cur.set_data(
             self.buf.iter().map(|&(logit, id)| TokenData {
@@ -60,9 +59,6 @@ impl Sampler for TopK {
     /// the order among exactly tied logits can depend on where the 128 bucket boundaries fall.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

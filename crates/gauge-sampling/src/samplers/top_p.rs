@@ -35,7 +35,6 @@ pub struct TopP {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?top-p` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p >= 1.0 {
         return Placeholder::boxed("?top-p");
@@ -97,13 +96,6 @@ impl Sampler for TopP {
     /// Invariant: softmax, and so the nucleus, ignores a common shift (up to f32 rounding).
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(TopP {
-            p: self.p,
-            min_keep: self.min_keep,
-            buf: BucketSorter::new(),
-        })
     }
 }
 

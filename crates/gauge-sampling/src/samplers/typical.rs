@@ -41,7 +41,6 @@ pub struct Typical {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?typical` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p >= 1.0 {
         return Placeholder::boxed("?typical");
@@ -107,15 +106,6 @@ impl Sampler for Typical {
     /// rounding).
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(Typical {
-            p: self.p,
-            min_keep: self.min_keep,
-            shifted: Vec::new(),
-            indices: Vec::new(),
-            out: Vec::new(),
-        })
     }
 }
 

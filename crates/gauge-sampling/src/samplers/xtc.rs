@@ -89,8 +89,4 @@ impl Sampler for Xtc {
     fn shift(&self) -> Shift {
         Shift::Invariant
     }
-
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }

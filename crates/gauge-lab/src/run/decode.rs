@@ -12,32 +12,60 @@
 //!
 //! Decisions come from gauge's operators or, with [`Stack::LlamaCpp`], from one llama.cpp chain
 //! per run ([`crate::stack`]): a chain holds its run's history, and since runs of a group share
-//! their history, sharing changes nothing there either. With `record` every run also logs the
-//! pre-penalty facts of each position ([`crate::delim::facts`]), computed once per group.
+//! their history, sharing changes nothing there either. What an experiment records beyond the
+//! tokens (the probe's zero-point facts, delim's per-position facts) and when a run stops (json's
+//! stop strings) is its [`Observer`]'s business: the tree knows neither.
 
-use crate::delim::facts::{row_facts, Positions};
 use crate::error::LabError;
 use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
-use crate::probe::config::{Role, RunSpec};
+use crate::run::spec::RunSpec;
 use crate::stack::{llama_chain, Stack};
 use gauge_engine::{LogitSource, ReferenceChain, SeqId};
 use gauge_sampling::TokenId;
 
-/// One prefix to decode with a list of runs.
-pub(crate) struct PrefixJob<'a> {
-    pub prompt: &'a [TokenId],
-    pub specs: &'a [RunSpec],
+/// What an experiment sees of the decode beyond the tokens: every decision with its row and seen
+/// set, and the chance to stop a run. Every method defaults to doing nothing.
+pub trait Observer {
+    /// The next group's row is about to be decided: per-row caches are stale from here on.
+    fn new_row(&mut self) {}
+    /// Run `run` of job `job` picked `pick` on `row`, with the group's seen set before `pick`
+    /// joins it.
+    fn record(&mut self, _job: usize, _run: usize, _row: &[f32], _seen: &SeenSet, _pick: TokenId) {}
+    /// Is the run finished, given its tokens so far (called after every token)?
+    fn stop(&mut self, _job: usize, _run: usize, _tokens: &[TokenId]) -> bool {
+        false
+    }
+    /// One step of every live sequence is done.
+    fn stepped(&mut self) {}
 }
 
-/// Per-step zero-point facts of the c = 0, θ = 1 run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ZpFacts {
-    /// Max raw logit at every step.
-    pub top1: Vec<f32>,
-    /// Σ over steps of #{i ∈ S : z_i > 0}, before the step's token joins S.
-    pub seen_positive: u64,
-    /// Σ over steps of |S|.
-    pub seen_total: u64,
+/// An observer that records nothing and never stops a run early.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// One prompt to decode with a list of runs.
+pub(crate) struct PrefixJob<'a, R> {
+    pub prompt: &'a [TokenId],
+    pub specs: &'a [RunSpec<R>],
+}
+
+impl<'a, R> PrefixJob<'a, R> {
+    /// One job per prompt of `range`, all with the same plan.
+    pub fn same_plan(
+        prompts: &'a [Vec<TokenId>],
+        range: std::ops::Range<usize>,
+        plan: &'a [RunSpec<R>],
+    ) -> Vec<Self> {
+        prompts[range]
+            .iter()
+            .map(|p| PrefixJob {
+                prompt: p,
+                specs: plan,
+            })
+            .collect()
+    }
 }
 
 /// What one run produced.
@@ -45,9 +73,6 @@ pub(crate) struct ZpFacts {
 pub(crate) struct RunResult {
     pub tokens: Vec<TokenId>,
     pub forward_tokens: u64,
-    pub zp: Option<ZpFacts>,
-    /// Per-position facts (with `DecodeOptions::record`).
-    pub positions: Option<Positions>,
 }
 
 /// How to decode.
@@ -61,8 +86,6 @@ pub(crate) struct DecodeOptions {
     pub naive_ops: bool,
     /// Who decides: gauge's operators or llama.cpp's chain.
     pub stack: Stack,
-    /// Log every position's pre-penalty facts.
-    pub record: bool,
 }
 
 struct Group {
@@ -89,20 +112,16 @@ struct Scratch {
     row: Vec<f32>,
 }
 
-/// Decides when a run is finished: called with (job, run, tokens so far) after every token.
-pub(crate) type StopRule<'a> = dyn FnMut(usize, usize, &[TokenId]) -> bool + 'a;
-
-/// Decode all `jobs` together for at most `opts.tokens` steps (a run ends early when `stop` says
-/// so). `on_step` is told after every step.
-pub(crate) fn decode_chunk(
+/// Decode all `jobs` together for at most `opts.tokens` steps (a run ends early when `obs` says
+/// so), telling `obs` every decision.
+pub(crate) fn decode_chunk<R>(
     source: &mut dyn LogitSource,
-    jobs: &[PrefixJob<'_>],
+    jobs: &[PrefixJob<'_, R>],
     opts: DecodeOptions,
-    on_step: &mut dyn FnMut(),
-    stop: &mut StopRule<'_>,
+    obs: &mut dyn Observer,
 ) -> Result<Vec<Vec<RunResult>>, LabError> {
     let mut states: Vec<PrefixState> = Vec::with_capacity(jobs.len());
-    let out = decode_inner(source, jobs, opts, on_step, stop, &mut states);
+    let out = decode_inner(source, jobs, opts, obs, &mut states);
     // Free every live sequence on success and on error alike, so a failed chunk leaks nothing.
     let mut free_err = None;
     for st in &states {
@@ -119,12 +138,11 @@ pub(crate) fn decode_chunk(
     Ok(states.into_iter().map(|s| s.results).collect())
 }
 
-fn decode_inner(
+fn decode_inner<R>(
     source: &mut dyn LogitSource,
-    jobs: &[PrefixJob<'_>],
+    jobs: &[PrefixJob<'_, R>],
     opts: DecodeOptions,
-    on_step: &mut dyn FnMut(),
-    stop: &mut StopRule<'_>,
+    obs: &mut dyn Observer,
     states: &mut Vec<PrefixState>,
 ) -> Result<(), LabError> {
     let n_vocab = source.n_vocab();
@@ -135,14 +153,9 @@ fn decode_inner(
             results: job
                 .specs
                 .iter()
-                .map(|s| RunResult {
+                .map(|_| RunResult {
                     tokens: Vec::with_capacity(opts.tokens),
                     forward_tokens: 0,
-                    zp: (s.role == Role::ZeroPoint).then(|| ZpFacts {
-                        top1: Vec::with_capacity(opts.tokens),
-                        ..Default::default()
-                    }),
-                    positions: opts.record.then(|| Positions::with_capacity(opts.tokens)),
                 })
                 .collect(),
             chains: Vec::new(),
@@ -200,16 +213,21 @@ fn decode_inner(
                 decide(
                     source,
                     job.specs,
-                    &mut st.groups[gi],
-                    &mut st.results,
+                    &st.groups[gi],
                     &mut st.chains,
                     opts,
                     &mut sc,
                 )?;
+                obs.new_row();
+                let g = &st.groups[gi];
+                let row = source.logits(g.seq)?;
+                for (&r, &pick) in g.runs.iter().zip(&sc.picks) {
+                    obs.record(ji, r, row, &g.seen, pick);
+                }
                 sc.stopped.clear();
                 for (k, &r) in st.groups[gi].runs.iter().enumerate() {
                     st.results[r].tokens.push(sc.picks[k]);
-                    sc.stopped.push(stop(ji, r, &st.results[r].tokens));
+                    sc.stopped.push(obs.stop(ji, r, &st.results[r].tokens));
                 }
                 if sc.stopped.iter().any(|&d| d) {
                     // Finished runs leave the group; an empty group frees its sequence.
@@ -234,7 +252,7 @@ fn decode_inner(
         if live {
             source.step()?;
         }
-        on_step();
+        obs.stepped();
         if !live {
             break;
         }
@@ -243,12 +261,10 @@ fn decode_inner(
 }
 
 /// Fill `sc.picks` with each run's greedy token on the group's current row.
-#[allow(clippy::too_many_arguments)]
-fn decide(
+fn decide<R>(
     source: &dyn LogitSource,
-    specs: &[RunSpec],
-    g: &mut Group,
-    results: &mut [RunResult],
+    specs: &[RunSpec<R>],
+    g: &Group,
     chains: &mut [Option<ReferenceChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
@@ -264,7 +280,6 @@ fn decide(
     }
     sc.picks.clear();
     sc.evals.clear();
-    let facts = opts.record.then(|| row_facts(row, &g.seen));
     for &r in &g.runs {
         let spec = &specs[r];
         let pen = spec.penalty();
@@ -294,22 +309,7 @@ fn decide(
             sc.evals[idx].pick(row, &pen, &g.seen)
         };
         // A row of n >= 1 entries always has a maximum.
-        let pick = pick.unwrap_or(0) as TokenId;
-        sc.picks.push(pick);
-        if let (Some(f), Some(p)) = (facts.as_ref(), results[r].positions.as_mut()) {
-            p.push(f, pick);
-        }
-        if let Some(zp) = results[r].zp.as_mut() {
-            zp.top1
-                .push(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
-            zp.seen_positive += g
-                .seen
-                .members()
-                .iter()
-                .filter(|&&m| row[m as usize] > 0.0)
-                .count() as u64;
-            zp.seen_total += g.seen.len() as u64;
-        }
+        sc.picks.push(pick.unwrap_or(0) as TokenId);
     }
     Ok(())
 }

@@ -9,16 +9,25 @@
 //! SPEC §6.14, which gauge's typical avoids).
 //!
 //! On the chain's row fast path the stage does not compute its cut: one vectorised pass bounds it
-//! rigorously (`scan::sigma_band`) and the mask is recorded as a lazy transform in the overlay.
-//! The exact cut, with llama.cpp's sequential f32 sums, is computed only if a later reader meets an
-//! entry inside the bound's band (see `overlay`); top-k right after it usually never does.
+//! rigorously ([`band::sigma_band`]) and the mask is recorded as a lazy mask in the overlay, with
+//! [`exact_cut`] to compute the cut. That exact cut, with llama.cpp's sequential f32 sums, is
+//! computed only if a later reader meets an entry inside the bound's band (see `overlay`); top-k
+//! right after it usually never does.
+
+mod band;
 
 use crate::candidates::Candidates;
 use crate::ops::top_n_sigma_cut;
-use crate::overlay::{Overlay, Transform};
+use crate::overlay::{LazyCut, Overlay, StageValues};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
-use crate::scan::{sigma_band, SigmaBand};
+use band::{sigma_band, SigmaBand};
+
+/// The stage's exact cut over the values it saw (`-inf`, masking nothing, for fewer than two):
+/// what the overlay calls when a reader needs the lazy mask's exact cut.
+fn exact_cut(values: &StageValues<'_>, n: f32) -> f32 {
+    top_n_sigma_cut(|| values.iter(), n).unwrap_or(f32::NEG_INFINITY)
+}
 
 /// Mask logits far below the maximum, measured in standard deviations.
 #[derive(Clone, Debug)]
@@ -27,7 +36,6 @@ pub struct TopNSigma {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?top-n-sigma` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(n: f32) -> Box<dyn Sampler> {
     if n <= 0.0 {
         return Placeholder::boxed("?top-n-sigma");
@@ -64,18 +72,20 @@ impl Sampler for TopNSigma {
         match sigma_band(row, ov, self.n) {
             SigmaBand::Invalid => false,
             SigmaBand::NoMask => true,
-            SigmaBand::Band(lo, hi) => {
-                ov.push_transform(Transform::MaskSigma { n: self.n, lo, hi })
-            }
+            SigmaBand::Band(lo, hi) => ov.push_lazy_mask(
+                lo,
+                hi,
+                LazyCut {
+                    f: exact_cut,
+                    arg: self.n,
+                },
+            ),
         }
     }
     /// Invariant: `max - n·std` moves with a common shift (and scales with temperature), so the
     /// masked set is the same up to f32 rounding.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 
@@ -129,5 +139,30 @@ mod tests {
     fn non_positive_n_is_a_placeholder() {
         assert_eq!(build(0.0).name(), "?top-n-sigma");
         assert_eq!(build(-1.0).name(), "?top-n-sigma");
+    }
+
+    #[test]
+    fn lazy_sigma_mask_uses_the_values_it_saw_even_after_later_edits() {
+        // finite 0, 2, 1 (and an edit 5 -> 1 before the mask): mean 1, population std sqrt(2/3),
+        // cut 2 - 0.816 = 1.18; a later edit of id 0 to 9 must not change the cut
+        let row = [0.0f32, 2.0, f32::NEG_INFINITY, 5.0];
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        ov.set(3, 1.0);
+        let cut = LazyCut {
+            f: exact_cut,
+            arg: 1.0,
+        };
+        assert!(ov.push_lazy_mask(-100.0, 100.0, cut));
+        assert!(!ov.push_lazy_mask(0.0, 0.0, cut), "one lazy mask");
+        ov.set(0, 9.0);
+        let cut = ov.lazy_cut(&row);
+        assert!((cut - (2.0 - (2.0f32 / 3.0).sqrt())).abs() < 1e-6, "{cut}");
+        let got: Vec<f32> = (0..4).map(|i| ov.get(&row, i)).collect();
+        assert_eq!(got, [9.0, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        let mut c = Candidates::new();
+        ov.materialize(&row, &mut c);
+        let filled: Vec<f32> = c.as_slice().iter().map(|t| t.logit).collect();
+        assert_eq!(filled, got);
     }
 }

@@ -9,6 +9,7 @@
 //! uninterrupted one.
 
 use crate::error::LabError;
+use crate::run::RunControl;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +46,7 @@ pub fn ensure_same_prompts<L>(
 /// same directory; any change of configuration or format starts a new one.
 pub fn run_id<C: Serialize>(kind: &str, format: u32, model: &str, config: &C) -> String {
     let json = serde_json::to_string(config).unwrap_or_default();
-    let h = crate::probe::fnv1a64(format!("gauge-{kind}/{format}/{json}").as_bytes());
+    let h = fnv1a64(format!("gauge-{kind}/{format}/{json}").as_bytes());
     let label: String = model
         .chars()
         .map(|c| {
@@ -58,6 +59,13 @@ pub fn run_id<C: Serialize>(kind: &str, format: u32, model: &str, config: &C) ->
         .take(48)
         .collect();
     format!("{kind}-{label}-{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// FNV-1a, 64 bit: stable across platforms and releases (unlike `DefaultHasher`).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Write `bytes` to `path` atomically (temp file + rename).
@@ -240,4 +248,94 @@ pub fn progress_bar(
     bar.set_prefix(label.to_string());
     bar.set_position(done);
     bar
+}
+
+/// Open (or create) `root/<run_id>` for `cfg` and its line log (complete chunks only, every line
+/// `check`ed), refusing lines decoded from other prompt tokens (`same_prompt`).
+pub(crate) fn open_run<C, L>(
+    root: &Path,
+    run_id: &str,
+    cfg: &C,
+    expected: &dyn Fn((u8, usize)) -> usize,
+    check: &dyn Fn(&L) -> Result<(), String>,
+    same_prompt: impl Fn(&L) -> bool,
+) -> Result<(PathBuf, ChunkLog<L>), LabError>
+where
+    C: Serialize + DeserializeOwned + PartialEq,
+    L: ChunkLine,
+{
+    let dir = open_run_dir(root, run_id, cfg)?;
+    let raw = dir.join("raw.jsonl");
+    let log = ChunkLog::open(raw.clone(), expected, check)?;
+    ensure_same_prompts(&log.lines, &raw, same_prompt)?;
+    Ok((dir, log))
+}
+
+/// A finished run's outputs: `summary.json`, the SVG/PNG plots `(name, svg)` and `REPORT.md`,
+/// which `report` writes knowing the plot names.
+pub(crate) fn write_outputs<S: Serialize>(
+    dir: &Path,
+    summary: &S,
+    plots: Vec<(&str, String)>,
+    report: impl FnOnce(&[String]) -> String,
+) -> Result<(), LabError> {
+    write_json(dir, "summary.json", summary)?;
+    let mut names = Vec::new();
+    for (name, svg) in plots {
+        crate::plot::write_svg_png(dir, name, &svg)?;
+        names.push(name.to_string());
+    }
+    write_atomic(&dir.join("REPORT.md"), report(&names).as_bytes())
+}
+
+/// Write `value` as pretty JSON (with a final newline) to `dir/name`, atomically.
+pub fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), LabError> {
+    let path = dir.join(name);
+    let json = serde_json::to_string_pretty(value).map_err(|e| LabError::Parse {
+        path: path.clone(),
+        line: 0,
+        message: e.to_string(),
+    })? + "\n";
+    write_atomic(&path, json.as_bytes())
+}
+
+/// Decodes the chunks of a run that are not done yet, counting them across phases so that
+/// [`RunControl::abort_after_chunks`] stops a run at the same point whatever its phases.
+#[derive(Debug)]
+pub(crate) struct ChunkRunner<'a> {
+    ctl: &'a RunControl,
+    chunks_run: usize,
+}
+
+impl<'a> ChunkRunner<'a> {
+    pub fn new(ctl: &'a RunControl) -> Self {
+        ChunkRunner { ctl, chunks_run: 0 }
+    }
+
+    /// For every chunk `0..n_chunks` of `phase` not complete in `log`: `decode(k)` its lines and
+    /// append them durably.
+    pub fn run_phase<L: ChunkLine>(
+        &mut self,
+        log: &mut ChunkLog<L>,
+        phase: u8,
+        n_chunks: usize,
+        mut decode: impl FnMut(usize) -> Result<Vec<L>, LabError>,
+    ) -> Result<(), LabError> {
+        let done = log.done_units(phase);
+        for k in (0..n_chunks).filter(|k| !done.contains(k)) {
+            if self
+                .ctl
+                .abort_after_chunks
+                .is_some_and(|n| self.chunks_run >= n)
+            {
+                return Err(LabError::Aborted {
+                    chunks: self.chunks_run,
+                });
+            }
+            let lines = decode(k)?;
+            log.append(lines)?;
+            self.chunks_run += 1;
+        }
+        Ok(())
+    }
 }

@@ -1,0 +1,284 @@
+//! What every experiment's grid is made of: runs (an operator at a θ under a shift), the plan of
+//! runs decoded for every prompt, the chunks prompts are decoded in, and the checks of the fields
+//! every grid shares.
+
+use crate::error::LabError;
+use crate::ops::{Op, Penalty};
+
+/// One greedy decode of one prompt: the operator, θ, α and the gauge shift `c`. `role` is the
+/// experiment's own tag for what the run is for (the probe's flip sides and zero-point runs);
+/// experiments that need none use `()`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunSpec<R = ()> {
+    pub role: R,
+    pub op: Op,
+    pub theta: f32,
+    pub c: f32,
+    pub alpha: f32,
+}
+
+impl<R> RunSpec<R> {
+    /// The operator of this run.
+    pub fn penalty(&self) -> Penalty {
+        Penalty {
+            op: self.op,
+            theta: self.theta,
+            alpha: self.alpha,
+        }
+    }
+}
+
+/// The plan of experiments without a gauge shift: every op at every θ, op-major, `c = 0`.
+pub fn op_theta_plan(ops: &[Op], thetas: &[f32], alpha: f32) -> Vec<RunSpec> {
+    ops.iter()
+        .flat_map(|&op| {
+            thetas.iter().map(move |&theta| RunSpec {
+                role: (),
+                op,
+                theta,
+                c: 0.0,
+                alpha,
+            })
+        })
+        .collect()
+}
+
+/// How an experiment's prompts are cut into chunks decoded together: a chunk is the resumption
+/// unit, and all its runs may be live at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunking {
+    /// Prompts (prefixes, schemas, problems) in the run.
+    pub prompts: usize,
+    /// Prompts per chunk (>= 1).
+    pub batch: usize,
+    /// Runs decoded per prompt.
+    pub runs_per_prompt: usize,
+}
+
+impl Chunking {
+    /// Number of chunks.
+    pub fn n_chunks(&self) -> usize {
+        self.prompts.div_ceil(self.batch)
+    }
+
+    /// The prompt indices of chunk `k`.
+    pub fn chunk(&self, k: usize) -> std::ops::Range<usize> {
+        let a = k * self.batch;
+        a..(a + self.batch).min(self.prompts)
+    }
+
+    /// Most sequences a chunk can hold live at once (every run of every prompt diverged).
+    pub fn max_sequences(&self) -> usize {
+        self.batch * self.runs_per_prompt
+    }
+
+    /// The largest batch (at most the current one, at least 1) whose chunks never need more than
+    /// `n_seq_max` sequences.
+    pub fn fitted_batch(&self, n_seq_max: usize) -> usize {
+        self.batch
+            .min((n_seq_max / self.runs_per_prompt.max(1)).max(1))
+    }
+}
+
+/// An experiment's configuration as the core sees it: how its prompts are cut into chunks. The
+/// chunk arithmetic comes with it.
+pub trait Grid {
+    /// Prompts, prompts per chunk (the configuration's `batch_*` field), runs per prompt.
+    fn chunking(&self) -> Chunking;
+    /// Set the configuration's prompts per chunk.
+    fn set_batch(&mut self, batch: usize);
+
+    /// Number of chunks.
+    fn n_chunks(&self) -> usize {
+        self.chunking().n_chunks()
+    }
+
+    /// The prompt indices of chunk `k`.
+    fn chunk(&self, k: usize) -> std::ops::Range<usize> {
+        self.chunking().chunk(k)
+    }
+
+    /// Most sequences a chunk can hold live at once (every run of every prompt diverged): the
+    /// source must allow this many.
+    fn max_sequences_per_chunk(&self) -> usize {
+        self.chunking().max_sequences()
+    }
+
+    /// Shrink the batch so a chunk never needs more than `n_seq_max` sequences.
+    fn fit_batch(&mut self, n_seq_max: usize) {
+        let b = self.chunking().fitted_batch(n_seq_max);
+        self.set_batch(b);
+    }
+}
+
+/// Does a raw line (prompt `prompt` decoded in chunk `chunk` as run `run`, `op` at `theta`) belong
+/// to this plan and chunking?
+pub(crate) fn check_in_plan<R>(
+    plan: &[RunSpec<R>],
+    chunking: &Chunking,
+    (prompt, chunk, run): (usize, usize, usize),
+    op: Op,
+    theta: f32,
+) -> Result<(), String> {
+    let spec = plan.get(run).ok_or("run outside the plan")?;
+    if prompt >= chunking.prompts
+        || !chunking.chunk(chunk).contains(&prompt)
+        || spec.op != op
+        || spec.theta != theta
+    {
+        return Err(format!(
+            "line for prompt {prompt} run {run} does not match the plan"
+        ));
+    }
+    Ok(())
+}
+
+/// The model label: reports and run ids need a non-empty one.
+pub(crate) fn check_model(model: &str) -> Result<(), LabError> {
+    if model.trim().is_empty() {
+        return Err(LabError::config("model", "\"\"", "a non-empty label"));
+    }
+    Ok(())
+}
+
+/// The lowest θ a grid admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThetaFloor {
+    /// Any θ > 0 (θ < 1 rewards repetition).
+    Positive,
+    /// θ >= 1: a penalty (analyses that assume one).
+    One,
+}
+
+/// A θ grid: at least one value, every value finite and above the floor, no value twice; with
+/// `gate`, 1.0 must be among them (θ = 1 is the validity gate: no op may flip there).
+pub(crate) fn check_thetas(thetas: &[f32], floor: ThetaFloor, gate: bool) -> Result<(), LabError> {
+    let list = || {
+        thetas
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if thetas.is_empty() {
+        return Err(LabError::config("theta", "[]", "at least one θ"));
+    }
+    for (i, &t) in thetas.iter().enumerate() {
+        let ok = t.is_finite()
+            && match floor {
+                ThetaFloor::Positive => t > 0.0,
+                ThetaFloor::One => t >= 1.0,
+            };
+        if !ok {
+            let range = match floor {
+                ThetaFloor::Positive => "finite values > 0",
+                ThetaFloor::One => "finite values >= 1 (a penalty; the analysis assumes θ ≥ 1)",
+            };
+            return Err(LabError::config("theta", t, range));
+        }
+        if thetas[..i].contains(&t) {
+            return Err(LabError::config("theta", t, "distinct values"));
+        }
+    }
+    if gate && !thetas.contains(&1.0) {
+        return Err(LabError::config(
+            "theta",
+            list(),
+            "a grid containing 1.0: θ = 1 is the validity gate (every op must flip 0 there)",
+        ));
+    }
+    Ok(())
+}
+
+/// Operators: at least one, none twice.
+pub(crate) fn check_ops(ops: &[Op]) -> Result<(), LabError> {
+    if ops.is_empty() {
+        return Err(LabError::config(
+            "ops",
+            "[]",
+            "one or more of ctrl, normalized, subtractive",
+        ));
+    }
+    for (i, op) in ops.iter().enumerate() {
+        if ops[..i].contains(op) {
+            return Err(LabError::config("ops", op, "distinct operators"));
+        }
+    }
+    Ok(())
+}
+
+/// α of the subtractive operator.
+pub(crate) fn check_alpha(alpha: f32) -> Result<(), LabError> {
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return Err(LabError::config("alpha", alpha, "a finite value >= 0"));
+    }
+    Ok(())
+}
+
+/// A count that must lie in `1..=max` (`field` names it in the error).
+pub(crate) fn check_count(field: &str, n: usize, max: usize) -> Result<(), LabError> {
+    if n == 0 || n > max {
+        let range = if max == usize::MAX {
+            ">= 1".to_string()
+        } else {
+            format!("1..={max}")
+        };
+        return Err(LabError::config(field, n, &range));
+    }
+    Ok(())
+}
+
+/// Most tokens a run may generate.
+pub(crate) const MAX_TOKENS: usize = 100_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_prompt_once_and_fit_the_sequence_limit() {
+        let c = Chunking {
+            prompts: 23,
+            batch: 10,
+            runs_per_prompt: 26,
+        };
+        assert_eq!(c.n_chunks(), 3);
+        let all: Vec<usize> = (0..c.n_chunks()).flat_map(|k| c.chunk(k)).collect();
+        assert_eq!(all, (0..23).collect::<Vec<_>>());
+        assert_eq!(c.fitted_batch(256), 256 / 26);
+        assert_eq!(c.fitted_batch(3), 1);
+        assert_eq!(c.fitted_batch(10_000), 10);
+    }
+
+    #[test]
+    fn theta_checks_name_the_field() {
+        let field = |r: Result<(), LabError>| match r {
+            Err(LabError::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            field(check_thetas(&[], ThetaFloor::Positive, false)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.3], ThetaFloor::Positive, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, 0.9], ThetaFloor::One, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, 1.0], ThetaFloor::One, true)),
+            "theta"
+        );
+        assert_eq!(
+            field(check_thetas(&[1.0, f32::NAN], ThetaFloor::Positive, true)),
+            "theta"
+        );
+        check_thetas(&[1.0, 0.9], ThetaFloor::Positive, true).unwrap();
+        assert_eq!(field(check_ops(&[Op::Ctrl, Op::Ctrl])), "ops");
+        assert_eq!(field(check_count("tokens", 0, MAX_TOKENS)), "tokens");
+        assert_eq!(field(check_alpha(-1.0)), "alpha");
+    }
+}

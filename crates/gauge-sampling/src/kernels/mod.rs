@@ -1,0 +1,229 @@
+//! Kernels over "row + overlay" for the first dense stage, one module per kernel: greedy's and
+//! dist's reductions ([`reduce`]), top-k's selection ([`top_k`]) and mirostat's sorted softmax
+//! ([`sorted_softmax`]); top-n-sigma's bound lives with its stage (`samplers::top_n_sigma`). This
+//! module holds what they share: walking the row in spans and blocks, and NaN/+inf detection.
+//!
+//! They read the caller's logit row in spans of up to 256 entries (one vectorised reduction and
+//! one branch per span) or blocks of `CHUNK`; clean stretches are read raw (a pending temperature
+//! division is inverted into an exact raw threshold, so skipped entries are never divided), blocks
+//! that hold an edit are read entry by entry through the overlay. NaN/+inf is detected in the same
+//! pass (one `cmpnleps` per vector), so validation costs no separate trip through memory.
+//!
+//! Every kernel is exact or silent: whenever its shortcut cannot prove the slow path's exact
+//! answer (a tie llama.cpp's sort would break in an order it does not replay, logits beyond the
+//! bucket sort's range, a bound too loose to decide), it says so and the caller fills the array.
+//! Where a shortcut uses approximate arithmetic (`exp2_approx`, f64 moments), that arithmetic only
+//! classifies, under an error bound checked exhaustively or derived in the docs, and the values that
+//! reach a probability are always computed the slow path's way.
+
+pub(crate) mod reduce;
+pub(crate) mod sorted_softmax;
+pub(crate) mod top_k;
+
+use crate::overlay::{Overlay, CHUNK};
+
+/// What a kernel found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// The result is exact.
+    Done,
+    /// The result would depend on tie-breaking (or on values the bucket sort mis-files).
+    Ambiguous,
+    /// The row holds NaN or +inf: the caller reports the precise error.
+    Invalid,
+}
+
+/// NaN or `+inf`: one comparison, `!(x <= f32::MAX)`, which SSE does in one instruction
+/// (`cmpnleps`; `!(x < inf)` would be simplified to "equal to inf or unordered", two).
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+pub(crate) fn is_bad(x: f32) -> bool {
+    !(x <= f32::MAX)
+}
+
+/// Bit `j` set when `block[j] >= t`, and whether any entry is NaN or +inf (one vectorised pass).
+/// Callers walk the set bits, so a block with one hit costs one visit, not sixteen branches.
+#[inline]
+pub(crate) fn mask_ge(block: &[f32], t: f32, bad: &mut bool) -> u32 {
+    const BIT: [u32; CHUNK] = [
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
+    ];
+    let (mut m, mut b) = (0u32, false);
+    for (&x, &bit) in block.iter().zip(&BIT) {
+        m |= if x >= t { bit } else { 0 };
+        b |= is_bad(x);
+    }
+    *bad |= b;
+    m
+}
+
+/// NaN or +inf in the block.
+#[inline]
+pub(crate) fn any_bad(block: &[f32]) -> bool {
+    let mut b = false;
+    for &x in block {
+        b |= is_bad(x);
+    }
+    b
+}
+
+/// Walk the row block by block, calling `visit(start, values, edited)`; `values` is the row slice of
+/// the block; when `edited` is true the caller must read values through the overlay.
+/// `Overlay::prepare` must have been called.
+#[inline]
+pub(crate) fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bool)) {
+    let mut next = ov.edited_chunks().iter().copied().peekable();
+    for (ci, block) in row.chunks(CHUNK).enumerate() {
+        let is_edited = next.peek() == Some(&(ci as u32));
+        if is_edited {
+            next.next();
+        }
+        visit(ci * CHUNK, block, is_edited);
+    }
+}
+
+/// Clean stretches are visited this many entries at a time by [`for_spans`].
+const SPAN: usize = 16 * CHUNK;
+
+/// Like [`for_blocks`], but stretches without edits come as spans of up to [`SPAN`] entries (one
+/// reduction and one branch per span instead of per block); edited blocks come one by one.
+#[inline]
+pub(crate) fn for_spans(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bool)) {
+    let edits = ov.edited_chunks();
+    let n = row.len();
+    let (mut k, mut start) = (0, 0);
+    while start < n {
+        let next = edits.get(k).map_or(n, |&c| (c as usize * CHUNK).min(n));
+        if next == start {
+            let end = (start + CHUNK).min(n);
+            visit(start, &row[start..end], true);
+            start = end;
+            k += 1;
+        } else {
+            let end = (start + SPAN).min(next);
+            visit(start, &row[start..end], false);
+            start = end;
+        }
+    }
+}
+
+/// The spans of [`for_spans`] as an iterator, for kernels that keep accumulators in registers
+/// across spans (a closure's captured state lives in memory between calls).
+#[inline]
+pub(crate) fn spans<'a>(
+    row: &'a [f32],
+    ov: &'a Overlay,
+) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
+    let edits = ov.edited_chunks();
+    let n = row.len();
+    let (mut k, mut start) = (0usize, 0usize);
+    std::iter::from_fn(move || {
+        if start >= n {
+            return None;
+        }
+        let next = edits.get(k).map_or(n, |&c| (c as usize * CHUNK).min(n));
+        let (s0, edited) = (start, next == start);
+        let end = if edited {
+            k += 1;
+            (start + CHUNK).min(n)
+        } else {
+            (start + SPAN).min(next)
+        };
+        start = end;
+        Some((s0, &row[s0..end], edited))
+    })
+}
+
+/// The largest entry of a span (NaN never wins; `-inf` for an empty span), and whether it holds
+/// NaN or +inf: lane-wise maxima, so it vectorises without reassociating anything.
+#[inline(always)]
+pub(crate) fn span_max(span: &[f32], bad: &mut bool) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; CHUNK];
+    // lane-wise flags, reduced once per span (a bool per block costs a horizontal reduction)
+    let mut bl = [0u32; CHUNK];
+    let mut it = span.chunks_exact(CHUNK);
+    for c in &mut it {
+        for ((a, f), &x) in acc.iter_mut().zip(bl.iter_mut()).zip(c) {
+            *a = if x > *a { x } else { *a };
+            *f |= is_bad(x) as u32;
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    let mut b = false;
+    for &x in it.remainder() {
+        m = if x > m { x } else { m };
+        b |= is_bad(x);
+    }
+    for &a in &acc {
+        m = if a > m { a } else { m };
+    }
+    *bad |= b | (bl.iter().fold(0, |x, &y| x | y) != 0);
+    m
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Rows with edits for the kernels' tests.
+    use crate::overlay::Overlay;
+    use crate::synth::SplitMix64;
+
+    /// A row of `n` normal logits (on a half-unit grid with `ties`) with `n_edits` random edits:
+    /// `(row, overlay, the current values)`.
+    pub(crate) fn row_with_edits(
+        n: usize,
+        seed: u64,
+        n_edits: usize,
+        ties: bool,
+    ) -> (Vec<f32>, Overlay, Vec<f32>) {
+        let mut g = SplitMix64(seed);
+        let row: Vec<f32> = (0..n)
+            .map(|_| {
+                let x = g.next_normal() * 3.0;
+                if ties {
+                    (x * 2.0).round() as f32 / 2.0
+                } else {
+                    x as f32
+                }
+            })
+            .collect();
+        let mut ov = Overlay::default();
+        ov.reset(n);
+        let mut full = row.clone();
+        for _ in 0..n_edits {
+            let id = (g.next_u64() % n as u64) as usize;
+            let v = ov.get(&row, id) + (g.next_normal() * 4.0) as f32;
+            ov.set(id, v);
+            full[id] = v;
+        }
+        ov.prepare();
+        (row, ov, full)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reduce::first_max;
+    use super::top_k::top_k_unique;
+    use super::*;
+
+    #[test]
+    fn kernels_flag_nan_and_plus_inf_anywhere() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            for pos in [0usize, 5, 16, 17, 99] {
+                let mut row: Vec<f32> = (0..100).map(|i| i as f32 * 0.01).collect();
+                row[pos] = bad;
+                let mut ov = Overlay::default();
+                ov.reset(row.len());
+                ov.set(17, 0.5);
+                ov.prepare();
+                let mut buf = Vec::new();
+                assert_eq!(first_max(&row, &ov), None, "{bad} at {pos}");
+                assert_eq!(
+                    top_k_unique(&row, &ov, 3, None, &mut buf),
+                    Scan::Invalid,
+                    "{bad} at {pos}"
+                );
+            }
+        }
+    }
+}

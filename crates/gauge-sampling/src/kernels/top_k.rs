@@ -1,0 +1,317 @@
+//! top-k's fast path: the `k` largest entries of "row + overlay" in llama.cpp's order, without
+//! filling or sorting the array, or a refusal when the order would depend on tie-breaking it does
+//! not replay.
+
+use super::{any_bad, for_spans, mask_ge, span_max, Scan};
+use crate::overlay::{Overlay, CHUNK};
+
+/// One span of `top_k_unique`'s first pass: `(max, start, len, edited)`.
+type SpanInfo = (f32, u32, u32, bool);
+
+thread_local! {
+    /// Per-span maxima of `top_k_unique`, and a scratch copy of the maxima for the selection.
+    /// Reused, so a step allocates nothing.
+    static SPANS: std::cell::RefCell<(Vec<SpanInfo>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The `k` largest entries of "row + overlay" (values below `mask_below` read as -inf), sorted
+/// descending, as `(logit, id)`, provided the answer does not depend on tie-breaking.
+///
+/// `k` is already `min(k, n)`. Unique means: the first k values are distinct and strictly above
+/// the (k+1)-th. Then llama.cpp's heap partial sort (k <= 128) and bucket sort (k > 128) both
+/// produce exactly this order.
+///
+/// A lazy top-n-sigma mask as the last transform (see `overlay`) is handled without its exact
+/// cut whenever possible: entries below the band are masked, the rest read unmasked, and the
+/// answer stands if the k-th value is at or above the band (every kept entry survives the mask for
+/// sure, and whatever the mask does inside the band happens below the k-th). Otherwise the exact
+/// cut is computed and the scan repeated with it.
+pub fn top_k_unique(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    mask_below: Option<f32>,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    let floor = mask_below.unwrap_or(f32::NEG_INFINITY);
+    let Some((lo, hi)) = ov.last_lazy_band() else {
+        return scan_top_k(row, ov, k, floor, ov.n_transforms(), true, buf);
+    };
+    let upto = ov.n_transforms() - 1;
+    match scan_top_k(row, ov, k, floor.max(lo), upto, false, buf) {
+        Scan::Done if buf.len() == k && buf[k - 1].0 >= hi => return Scan::Done,
+        Scan::Invalid => return Scan::Invalid,
+        _ => {}
+    }
+    let cut = ov.lazy_cut(row);
+    scan_top_k(row, ov, k, floor.max(cut), upto, true, buf)
+}
+
+/// `top_k_unique` over the values with the first `upto` transforms applied and entries below
+/// `floor` read as -inf. With `replay`, a tie for `k <= 128` is settled by [`heap_replay`] instead
+/// of declining.
+fn scan_top_k(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    replay: bool,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    let n = row.len();
+    buf.clear();
+    if k == 0 || n == 0 {
+        return Scan::Ambiguous;
+    }
+    let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
+    let plain = upto == 0;
+    let mut vbuf = [0.0f32; CHUNK];
+    let pass = SPANS.with(|sp| {
+        let (spans, maxes) = &mut *sp.borrow_mut();
+        spans.clear();
+        // pass 1: the maximum of every span (and validation)
+        let mut bad = false;
+        for_spans(row, ov, |start, span, edited| {
+            let m = if plain && !edited {
+                span_max(span, &mut bad)
+            } else {
+                let mut m = f32::NEG_INFINITY;
+                for (i, block) in span.chunks(CHUNK).enumerate() {
+                    bad |= any_bad(block);
+                    for &v in ov.block_upto(row, start + i * CHUNK, block, edited, upto, &mut vbuf)
+                    {
+                        m = if v > m { v } else { m };
+                    }
+                }
+                m
+            };
+            spans.push((masked(m), start as u32, span.len() as u32, edited));
+        });
+        if bad {
+            return Scan::Invalid;
+        }
+        // The entry bar starts at the k-th largest span maximum: those k maxima are k distinct
+        // entries, so the k-th largest entry is at least that. Spans below it are never read.
+        let mut t = floor;
+        if spans.len() >= 2 * k {
+            maxes.clear();
+            maxes.extend(spans.iter().map(|s| s.0));
+            maxes.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            t = t.max(maxes[k - 1]);
+        }
+        // pass 2: every entry >= the bar, the bar raised as the buffer fills
+        let cap = (4 * k).max(64) + CHUNK;
+        for &(m, start, len, edited) in spans.iter() {
+            if m < t {
+                continue;
+            }
+            let (start, len) = (start as usize, len as usize);
+            let span = &row[start..start + len];
+            let clean = plain && !edited;
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                let start = start + i * CHUNK;
+                if clean {
+                    let mut hits = mask_ge(block, t, &mut false);
+                    while hits != 0 {
+                        let j = hits.trailing_zeros() as usize;
+                        hits &= hits - 1;
+                        let v = masked(block[j]);
+                        if v >= t {
+                            buf.push((v, (start + j) as u32));
+                        }
+                    }
+                } else {
+                    let vals = ov.block_upto(row, start, block, edited, upto, &mut vbuf);
+                    for (j, &v) in vals.iter().enumerate() {
+                        let v = masked(v);
+                        if v >= t {
+                            buf.push((v, (start + j) as u32));
+                        }
+                    }
+                }
+                if buf.len() >= cap {
+                    // keep everything >= the k-th largest (ties included) and raise the bar
+                    buf.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+                    let kth = buf[k - 1].0;
+                    buf.retain(|e| e.0 >= kth);
+                    t = kth;
+                    if buf.len() >= cap {
+                        return Scan::Ambiguous; // too many ties at the bar (replayed below)
+                    }
+                }
+            }
+        }
+        Scan::Done
+    });
+    let ambiguous = |buf: &mut Vec<(f32, u32)>| {
+        if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+            heap_replay(row, ov, k.min(n), floor, upto, buf)
+        } else {
+            Scan::Ambiguous
+        }
+    };
+    match pass {
+        Scan::Done => {}
+        Scan::Ambiguous => return ambiguous(buf),
+        Scan::Invalid => return Scan::Invalid,
+    }
+    // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
+    if buf.len() < k && n > buf.len() {
+        return ambiguous(buf);
+    }
+    buf.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let k = k.min(buf.len());
+    for w in buf[..k].windows(2) {
+        if w[0].0 <= w[1].0 {
+            return ambiguous(buf);
+        }
+    }
+    if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
+        return ambiguous(buf);
+    }
+    // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
+    if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
+        return ambiguous(buf);
+    }
+    buf.truncate(k);
+    Scan::Done
+}
+
+/// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
+/// current values (entries below `floor` read as -inf), replayed on the row without filling it:
+/// libstdc++'s heap-select makes a heap of entries `0..k`, then lets in, in array order, every
+/// entry that compares greater than the heap's top, and finally sorts the heap. An entry that does
+/// not beat the top changes nothing, so only spans whose maximum beats the current top are read.
+/// Exact for ties and for -inf entries (every step is the ported libstdc++ operation), so it
+/// settles what the unique-values scan cannot.
+fn heap_replay(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    use crate::sort::{adjust_heap, make_heap, sort_heap};
+    let mut less = |a: &(f32, u32), b: &(f32, u32)| a.0 > b.0;
+    let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
+    let plain = upto == 0;
+    let mut vbuf = [0.0f32; CHUNK];
+    buf.clear();
+    buf.extend((0..k).map(|i| (masked(ov.value_at(row, i, upto)), i as u32)));
+    make_heap(buf, k, &mut less);
+    let mut ignore = false;
+    for_spans(row, ov, |start, span, edited| {
+        let end = start + span.len();
+        if end <= k {
+            return;
+        }
+        let clean = plain && !edited;
+        if clean && masked(span_max(span, &mut ignore)) <= buf[0].0 {
+            return;
+        }
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            let bstart = start + i * CHUNK;
+            let vals = if clean {
+                block
+            } else {
+                ov.block_upto(row, bstart, block, edited, upto, &mut vbuf)
+            };
+            for (j, &x) in vals.iter().enumerate() {
+                let id = bstart + j;
+                let v = masked(x);
+                if id >= k && v > buf[0].0 {
+                    adjust_heap(buf, 0, k, (v, id as u32), &mut less);
+                }
+            }
+        }
+    });
+    sort_heap(buf, k, &mut less);
+    Scan::Done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testing::row_with_edits;
+
+    /// llama.cpp's top-k on the filled array: `(logit, id)` of the kept entries, in order.
+    fn slow_top_k(full: &[f32], k: usize, floor: f32) -> Vec<(f32, u32)> {
+        let masked: Vec<f32> = full
+            .iter()
+            .map(|&v| if v < floor { f32::NEG_INFINITY } else { v })
+            .collect();
+        let mut c = crate::candidates::Candidates::from_logits(&masked);
+        crate::ops::top_k_impl(&mut c, k as i32);
+        c.as_slice()
+            .iter()
+            .map(|t| (t.logit, t.id as u32))
+            .collect()
+    }
+
+    #[test]
+    fn top_k_unique_is_llama_cpps_top_k_or_declines_only_for_ties_above_128() {
+        let mut buf = Vec::new();
+        let (mut declined, mut replayed) = (0, 0);
+        for seed in 0..300 {
+            let n = 1 + (seed as usize * 53) % 3000;
+            let k = 1 + (seed as usize * 7) % 200;
+            let k = k.min(n);
+            let ties = seed % 3 == 0;
+            let (row, ov, full) = row_with_edits(n, seed, (seed % 11) as usize, ties);
+            let mut sorted: Vec<(f32, u32)> = full
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v, i as u32))
+                .collect();
+            sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let unique = sorted[..k].windows(2).all(|w| w[0].0 > w[1].0)
+                && (n == k || sorted[k - 1].0 > sorted[k].0);
+            match top_k_unique(&row, &ov, k, None, &mut buf) {
+                Scan::Done => {
+                    assert_eq!(
+                        buf,
+                        slow_top_k(&full, k, f32::NEG_INFINITY),
+                        "seed {seed} (k {k}, n {n})"
+                    );
+                    replayed += !unique as usize;
+                }
+                Scan::Ambiguous => {
+                    assert!(
+                        !unique && k > 128,
+                        "seed {seed}: declined k = {k} (unique: {unique})"
+                    );
+                    declined += 1;
+                }
+                Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
+            }
+        }
+        assert!(
+            declined > 0 && replayed > 0,
+            "both tie paths should run: {declined} {replayed}"
+        );
+    }
+
+    #[test]
+    fn masked_top_k_with_too_few_survivors_replays_the_heap_select() {
+        // fewer than k entries survive the mask: the -inf entries tie, and libstdc++'s heap-select
+        // decides which of them come first
+        let row = vec![5.0, 1.0, 4.0, 0.5, 3.0, 0.25, 6.0, 1.5];
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        ov.prepare();
+        let mut buf = Vec::new();
+        assert_eq!(top_k_unique(&row, &ov, 2, Some(2.0), &mut buf), Scan::Done);
+        assert_eq!(buf, vec![(6.0, 6), (5.0, 0)]);
+        for k in 1..=row.len() {
+            assert_eq!(
+                top_k_unique(&row, &ov, k, Some(2.0), &mut buf),
+                Scan::Done,
+                "k {k}"
+            );
+            assert_eq!(buf, slow_top_k(&row, k, 2.0), "k {k}");
+        }
+    }
+}
