@@ -92,6 +92,11 @@ def test_tie_heavy_chains_pick_libllamas_token(rec):
         with pytest.raises(ValueError, match="inf"):
             gs.Chain(params, len(logits)).sample(logits)
         return
+    if any(st["sampler"] == "min_p" and st["p"] > 1 for st in rec["pipeline"]):
+        # llama.cpp's stage takes min_p > 1; gauge's request validation refuses it, by name.
+        with pytest.raises(ValueError, match="min_p"):
+            gs.Chain(params, len(logits))
+        return
     assert len(mins) <= 1, "one min_keep per request"
     chain = gs.Chain(params, len(logits))
     out = rec["out"]
@@ -210,10 +215,10 @@ def test_sample_no_accept_then_accept_is_sample():
 def test_check_gauge_tells_ctrl_from_normalized():
     rows = _rows(1, 2000, seed=1)[0] + 1.0
     history = list(range(0, 2000, 3))
-    ctrl = gs.Chain({"seed": 3, "repeat_penalty": 1.5, "repeat_last_n": -1}, 2000)
-    norm = gs.Chain(
-        {"seed": 3, "repeat_penalty": 1.5, "repeat_last_n": -1, "repeat_penalty_mode": "normalized"}, 2000
-    )
+    # penalties -> dist: the final distribution is the whole penalised row
+    base = {"seed": 3, "samplers": ["penalties"], "repeat_penalty": 1.5, "repeat_last_n": -1}
+    ctrl = gs.Chain(base, 2000)
+    norm = gs.Chain({**base, "repeat_penalty_mode": "normalized"}, 2000)
     rc = ctrl.check_gauge(rows, history, 5.0)
     rn = norm.check_gauge(rows, history, 5.0)
     penalties = [s for s in rc["stages"] if s["name"] == "penalties"][0]

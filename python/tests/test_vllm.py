@@ -118,9 +118,15 @@ def test_one_engine_loading_it_twice_applies_it_once():
 # -- Model Runner V2, through its own classes -------------------------------------------------
 
 
-def test_model_runner_v2_interface():
-    v2 = pytest.importorskip("vllm.v1.worker.gpu.sample.logits_processor", reason="no Model Runner V2 here")
+def test_model_runner_v2_interface(monkeypatch):
+    v2 = need_import("vllm.v1.worker.gpu.sample.logits_processor")
+    import vllm.v1.worker.gpu.buffer_utils as buffer_utils
     from vllm.v1.worker.gpu.states import RequestState
+
+    if not torch.cuda.is_available():
+        # The index's torch is a CUDA build: without a driver it cannot pin memory, so vLLM's
+        # buffers take their own fallback for platforms without pinned memory.
+        monkeypatch.setattr(buffer_utils, "is_uva_available", lambda: False)
 
     assert issubclass(RepetitionPenalty, v2.LogitsProcessor)
     rs = RequestState(

@@ -3,8 +3,8 @@
 
 use crate::params::to_value;
 use crate::row::Row;
-use crate::vocab::PyVocab;
 use crate::value_error;
+use crate::vocab::PyVocab;
 use gauge_sampling::{gauge, Candidates, Chain, SamplingParams, Shift, TokenId};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -33,7 +33,11 @@ impl PyChain {
 impl PyChain {
     #[new]
     #[pyo3(signature = (params, n_vocab, vocab = None))]
-    fn new(params: &Bound<'_, PyAny>, n_vocab: usize, vocab: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn new(
+        params: &Bound<'_, PyAny>,
+        n_vocab: usize,
+        vocab: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let value = to_value(params)?;
         let params = SamplingParams::from_value(&value).map_err(value_error)?;
         params.validate(n_vocab).map_err(value_error)?;
@@ -137,7 +141,12 @@ impl PyChain {
     /// current state (history included; the chain itself is untouched). Removed tokens are
     /// `-inf`. For comparing other implementations with gauge's stages, e.g. the penalties stage
     /// alone: `Chain({"samplers": ["penalties"], ...}, n).apply_stages(row, 1)`.
-    fn apply_stages(&self, py: Python<'_>, row: &Bound<'_, PyAny>, n_stages: usize) -> PyResult<Vec<f32>> {
+    fn apply_stages(
+        &self,
+        py: Python<'_>,
+        row: &Bound<'_, PyAny>,
+        n_stages: usize,
+    ) -> PyResult<Vec<f32>> {
         let row = Row::borrow(row)?;
         let values = row.values();
         let out = py.detach(|| {
@@ -147,7 +156,11 @@ impl PyChain {
                 return Err(gauge_sampling::SamplingError::param(
                     "n_stages",
                     n_stages,
-                    &format!("0..={} (the stages of {})", chain.stages().len(), chain.describe()),
+                    &format!(
+                        "0..={} (the stages of {})",
+                        chain.stages().len(),
+                        chain.describe()
+                    ),
                 ));
             }
             let mut cur = Candidates::from_logits(values);
@@ -167,6 +180,10 @@ impl PyChain {
     }
 
     fn __repr__(&self) -> String {
-        format!("Chain(n_vocab={}, chain={:?})", self.n_vocab, self.lock().describe())
+        format!(
+            "Chain(n_vocab={}, chain={:?})",
+            self.n_vocab,
+            self.lock().describe()
+        )
     }
 }

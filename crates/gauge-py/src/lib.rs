@@ -21,10 +21,11 @@ pub(crate) fn value_error(e: gauge_sampling::SamplingError) -> PyErr {
 /// the token the chain picks for each row, exactly as `gauge replay` does.
 #[pyfunction]
 fn replay(py: Python<'_>, trace_path: std::path::PathBuf) -> PyResult<Vec<TokenId>> {
-    py.detach(|| trace::replay(&trace_path)).map_err(|e| match e {
-        TraceError::Io { .. } => PyOSError::new_err(e.to_string()),
-        other => PyValueError::new_err(other.to_string()),
-    })
+    py.detach(|| trace::replay(&trace_path))
+        .map_err(|e| match e {
+            TraceError::Io { .. } => PyOSError::new_err(e.to_string()),
+            other => PyValueError::new_err(other.to_string()),
+        })
 }
 
 /// gauge's request fields (a dict or a JSON string), parsed exactly as the CLI and the server parse

@@ -10,7 +10,8 @@ use serde_json::{Map, Number, Value};
 /// that JSON cannot hold (a non-finite float, a non-string key, an unknown type).
 pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     if let Ok(text) = obj.cast::<PyString>() {
-        let text = text.to_str()?;
+        let text: String = text.extract()?;
+        let text = text.as_str();
         return serde_json::from_str(text).map_err(|e| {
             PyValueError::new_err(gauge_sampling::SamplingError::Json(e.to_string()).to_string())
         });
@@ -25,7 +26,9 @@ fn convert(obj: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
     }
-    if obj.is_instance_of::<PyInt>() || (obj.hasattr("__index__")? && !obj.is_instance_of::<PyFloat>()) {
+    if obj.is_instance_of::<PyInt>()
+        || (obj.hasattr("__index__")? && !obj.is_instance_of::<PyFloat>())
+    {
         let i = obj.call_method0("__index__")?;
         if let Ok(v) = i.extract::<i64>() {
             return Ok(Value::from(v));
@@ -38,7 +41,9 @@ fn convert(obj: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
             i.str()?
         )));
     }
-    if obj.is_instance_of::<PyFloat>() || obj.hasattr("__float__")? && !obj.is_instance_of::<PyString>() {
+    if obj.is_instance_of::<PyFloat>()
+        || obj.hasattr("__float__")? && !obj.is_instance_of::<PyString>()
+    {
         let x: f64 = obj.call_method0("__float__")?.extract()?;
         return Number::from_f64(x).map(Value::Number).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -47,7 +52,7 @@ fn convert(obj: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
         });
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::String(s.to_str()?.to_string()));
+        return Ok(Value::String(s.extract::<String>()?));
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut m = Map::new();
@@ -58,7 +63,7 @@ fn convert(obj: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
                     k.repr().map(|r| r.to_string()).unwrap_or_default()
                 ))
             })?;
-            let key = key.to_str()?.to_string();
+            let key: String = key.extract()?;
             let value = convert(&v, &key)?;
             m.insert(key, value);
         }

@@ -28,7 +28,11 @@ struct RawBuffer {
 }
 
 extern "C" {
-    fn PyObject_GetBuffer(obj: *mut pyo3::ffi::PyObject, view: *mut RawBuffer, flags: c_int) -> c_int;
+    fn PyObject_GetBuffer(
+        obj: *mut pyo3::ffi::PyObject,
+        view: *mut RawBuffer,
+        flags: c_int,
+    ) -> c_int;
     fn PyBuffer_Release(view: *mut RawBuffer);
 }
 
@@ -98,7 +102,13 @@ impl Row {
         let copy = if (v.buf as usize) % std::mem::align_of::<f32>() != 0 {
             let mut out = vec![0f32; len];
             // SAFETY: `buf` holds `len * 4` readable bytes; the destination is a fresh Vec.
-            unsafe { std::ptr::copy_nonoverlapping(v.buf as *const u8, out.as_mut_ptr() as *mut u8, len * 4) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    v.buf as *const u8,
+                    out.as_mut_ptr() as *mut u8,
+                    len * 4,
+                )
+            };
             Some(out)
         } else {
             None
@@ -114,7 +124,9 @@ impl Row {
             None if self.len == 0 => &[],
             // SAFETY: C-contiguous, aligned (checked in `borrow`), `len` float32 items, kept
             // alive by the export until `self` is dropped.
-            None => unsafe { std::slice::from_raw_parts(self.export.view.buf as *const f32, self.len) },
+            None => unsafe {
+                std::slice::from_raw_parts(self.export.view.buf as *const f32, self.len)
+            },
         }
     }
 }

@@ -25,8 +25,9 @@ impl<'py> PyVocab<'py> {
         }
     }
 
-    fn call<T: for<'a> FromPyObject<'a, 'py>>(&self, method: &str, args: impl IntoPyObject<'py, Target = pyo3::types::PyTuple>) -> Option<T> {
-        match self.obj.call_method1(method, args).and_then(|r| r.extract::<T>().map_err(Into::into)) {
+    /// The value of a Python call, or None after recording its error.
+    fn record<T>(&self, result: PyResult<T>) -> Option<T> {
+        match result {
             Ok(v) => Some(v),
             Err(e) => {
                 self.error.borrow_mut().get_or_insert(e);
@@ -42,14 +43,20 @@ impl Vocab for PyVocab<'_> {
     }
 
     fn token_bytes(&self, id: TokenId) -> Vec<u8> {
-        self.call("token_bytes", (id,)).unwrap_or_default()
+        let r = self.obj.call_method1("token_bytes", (id,));
+        self.record(r.and_then(|b| b.extract::<Vec<u8>>().map_err(Into::into)))
+            .unwrap_or_default()
     }
 
     fn tokenize(&self, text: &str) -> Vec<TokenId> {
-        self.call("tokenize", (text,)).unwrap_or_default()
+        let r = self.obj.call_method1("tokenize", (text,));
+        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>().map_err(Into::into)))
+            .unwrap_or_default()
     }
 
     fn eog_tokens(&self) -> Vec<TokenId> {
-        self.call("eog_tokens", ()).unwrap_or_default()
+        let r = self.obj.call_method0("eog_tokens");
+        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>().map_err(Into::into)))
+            .unwrap_or_default()
     }
 }
