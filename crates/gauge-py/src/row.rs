@@ -99,7 +99,7 @@ impl Row {
             )));
         }
         let len = (v.len / 4) as usize;
-        let copy = if (v.buf as usize) % std::mem::align_of::<f32>() != 0 {
+        let copy = if !(v.buf as usize).is_multiple_of(std::mem::align_of::<f32>()) {
             let mut out = vec![0f32; len];
             // SAFETY: `buf` holds `len * 4` readable bytes; the destination is a fresh Vec.
             unsafe {

@@ -44,19 +44,19 @@ impl Vocab for PyVocab<'_> {
 
     fn token_bytes(&self, id: TokenId) -> Vec<u8> {
         let r = self.obj.call_method1("token_bytes", (id,));
-        self.record(r.and_then(|b| b.extract::<Vec<u8>>().map_err(Into::into)))
+        self.record(r.and_then(|b| b.extract::<Vec<u8>>()))
             .unwrap_or_default()
     }
 
     fn tokenize(&self, text: &str) -> Vec<TokenId> {
         let r = self.obj.call_method1("tokenize", (text,));
-        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>().map_err(Into::into)))
+        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>()))
             .unwrap_or_default()
     }
 
     fn eog_tokens(&self) -> Vec<TokenId> {
         let r = self.obj.call_method0("eog_tokens");
-        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>().map_err(Into::into)))
+        self.record(r.and_then(|t| t.extract::<Vec<TokenId>>()))
             .unwrap_or_default()
     }
 }
