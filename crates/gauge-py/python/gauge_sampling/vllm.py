@@ -192,14 +192,11 @@ class _V1State:
             pens = [self.rows[i][0] for i in rows]
             windows = [_history_window(pr, out, pen.last_n) for pen, pr, out in (self.rows[i] for i in rows)]
             width = max(1, max(len(w) for w in windows))
-            ids = torch.zeros((len(rows), width), dtype=torch.long)
-            valid = torch.zeros((len(rows), width), dtype=torch.bool)
-            for r, w in enumerate(windows):
-                if w:
-                    ids[r, : len(w)] = torch.as_tensor(w, dtype=torch.long)
-                    valid[r, : len(w)] = True
+            # One tensor from the padded lists; -1 pads, and like any id the row cannot hold
+            # (vLLM's placeholders included) it matches nothing.
+            ids = torch.tensor([w + [-1] * (width - len(w)) for w in windows], dtype=torch.long)
             vocab = logits.shape[1]
-            valid &= (ids >= 0) & (ids < vocab)  # ids the row cannot hold match nothing
+            valid = (ids >= 0) & (ids < vocab)
             ids.clamp_(min=0, max=vocab - 1)
             dev = logits.device
             _apply_group(logits, rows, pens, ids.to(dev), valid.to(dev), normalized)
