@@ -270,3 +270,34 @@ def test_replay_matches_the_chain_and_the_cli(gauge_bin, tmp_path):
     bad.write_text(json.dumps({"n_vocab": 300, "params": {"top_p": 7}, "logits": "rows.npy"}))
     with pytest.raises(ValueError, match="top_p"):
         gs.replay(str(bad))
+
+
+class CharVocab:
+    """A toy tokenizer: one token per character, id = code point."""
+
+    def tokenize(self, text):
+        return [ord(c) for c in text]
+
+    def token_bytes(self, token):
+        return chr(token).encode()
+
+    def eog_tokens(self):
+        return [0]
+
+
+def test_text_fields_need_and_use_a_vocab():
+    params = {"temperature": 0.0, "samplers": ["penalties"], "logit_bias": [["b", False]]}
+    with pytest.raises(ValueError, match="needs a vocabulary"):
+        gs.Chain(params, 128)
+    chain = gs.Chain(params, 128, vocab=CharVocab())
+    row = np.zeros(128, dtype=np.float32)
+    row[ord("b")] = 5.0
+    row[ord("a")] = 4.0
+    assert chain.sample(row) == ord("a")  # "b" is banned through the vocab
+
+    class Broken(CharVocab):
+        def tokenize(self, text):
+            raise RuntimeError("tokenizer down")
+
+    with pytest.raises(RuntimeError, match="tokenizer down"):
+        gs.Chain(params, 128, vocab=Broken())
