@@ -1,4 +1,4 @@
-//! `gauge delim`: the HumanEval threshold/delimiter analysis (PROTOCOL §5.1) on a real model.
+//! `gauge delim`: the HumanEval threshold/delimiter analysis (docs/PROTOCOL.md §5.1) on a real model.
 //!
 //! With no flags: the default model, the first 40 HumanEval prompts × 256 tokens, θ ∈ {1, 1.1,
 //! 1.3, 1.5}, ctrl vs normalized. `--full` is the note's grid (164 prompts, θ ∈ {1..1.5} by 0.1).

@@ -3,7 +3,7 @@
 //! same real logit rows to both chains and require the same tokens, and `gauge bench sampling`
 //! times both.
 //!
-//! Construction follows `common_sampler_init` (SPEC §3): the penalty parameters are validated as
+//! Construction follows `common_sampler_init` (docs/SPEC.md §3): the penalty parameters are validated as
 //! common validates them; one `logit-bias` stage first holding the user biases (string keys
 //! expanded to every token of their tokenization), `-inf` for every end-of-generation token when
 //! `ignore_eos` is set (llama-server's order) and `-inf` for the model's suppress tokens; then one
@@ -141,7 +141,7 @@ impl ReferenceChain {
         Ok(Self::from_stages(vec![LlamaSampler::greedy()], n_vocab))
     }
 
-    /// The note's llama.cpp driver chain (PROTOCOL §8.1), used by gauge-lab's cross-stack
+    /// The note's llama.cpp driver chain (docs/PROTOCOL.md §8.1), used by gauge-lab's cross-stack
     /// `--sampler llama-cpp`: `logit-bias` adding `shift` to EVERY token (the gauge; the stage is
     /// left out when `shift == 0`, as the A2 driver has none) → `penalties(last_n, repeat, freq,
     /// present)` → `greedy`. No suppress tokens, no `dist`: exactly what the driver applied.

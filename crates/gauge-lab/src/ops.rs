@@ -1,6 +1,6 @@
 //! The note's penalty operators applied directly to full logit rows, and greedy decisions on them.
 //!
-//! Order of operations for one run at one step (PROTOCOL §2): gauge shift `y = z + c` on every
+//! Order of operations for one run at one step (docs/PROTOCOL.md §2): gauge shift `y = z + c` on every
 //! entry (fp32), then for `normalized` a log-softmax over the whole row, then the penalty on the
 //! seen set, then greedy = the FIRST index of the maximum.
 //!

@@ -2,7 +2,7 @@
 //!
 //! The manifest is the note's frozen `results/bench_a1/prefixes.json` (copied to `data/` with its
 //! provenance): Python's `random.sample` is not portable, so the selection is reused verbatim, and
-//! each model re-tokenizes the prefix TEXT with its own tokenizer (PROTOCOL §3.1).
+//! each model re-tokenizes the prefix TEXT with its own tokenizer (docs/PROTOCOL.md §3.1).
 
 use serde::Deserialize;
 use std::sync::OnceLock;

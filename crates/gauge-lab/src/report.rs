@@ -1,7 +1,7 @@
 //! Tables and reports: the terminal table of `gauge probe`, `REPORT.md` with tables shaped like the
 //! note's Tables 1, 2 and 4 (the note's numbers beside gauge's), and the plots.
 //!
-//! The note's numbers (PROTOCOL §1.1, §1.2, §1.5, §1.9) are constants here, labelled with their
+//! The note's numbers (docs/PROTOCOL.md §1.1, §1.2, §1.5, §1.9) are constants here, labelled with their
 //! design, so a reader sees at once whether a row is comparable: the note's A1 is 200 prefixes ×
 //! 200 tokens with c = ±5 on HF fp32/bf16 models; gauge's default model is a different checkpoint,
 //! so its rows sit beside the note's, never in place of them.
@@ -32,7 +32,7 @@ pub const NOTE_FLIP: [(&str, f64, [f64; 2], f64, u32); 5] = [
     ("Qwen2.5-7B-Instruct", 0.921725, [0.9119, 0.9312], 9.0, 200),
 ];
 
-/// The note's loop check (§1.9; 16 prompts × 128 tokens, no gauge): θ, gpt2 raw, gpt2 normalized,
+/// The note's loop check (docs/PROTOCOL.md §1.9; 16 prompts × 128 tokens, no gauge): θ, gpt2 raw, gpt2 normalized,
 /// pythia raw, pythia normalized.
 pub const NOTE_LOOP: [(f32, f64, f64, f64, f64); 6] = [
     (1.0, 0.826, 0.826, 0.799, 0.799),
@@ -168,7 +168,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
     if !s.sampler.is_gauge() {
         let _ = writeln!(
             o,
-            "Decisions by llama.cpp's own chain through the bindings (the note's §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first. llama.cpp has no normalized penalty: normalized runs stay on gauge's operator, so the plan (and every batch) is the gauge run's.\n"
+            "Decisions by llama.cpp's own chain through the bindings (the note's driver, docs/PROTOCOL.md §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first. llama.cpp has no normalized penalty: normalized runs stay on gauge's operator, so the plan (and every batch) is the gauge run's.\n"
         );
     }
     let _ = writeln!(

@@ -1,6 +1,6 @@
 //! Which implementation makes each greedy decision: gauge's own row operators ([`crate::ops`]) or
 //! llama.cpp's own sampler chain through the bindings — the cross-stack check of the note's
-//! §8.1 llama.cpp driver, so one tool shows both stacks side by side.
+//! driver (docs/PROTOCOL.md §8.1), so one tool shows both stacks side by side.
 //!
 //! The llama.cpp stack builds, per run, the driver's chain
 //! ([`ReferenceChain::shifted_penalties_greedy`]): `logit-bias` adding the run's gauge `c` to every

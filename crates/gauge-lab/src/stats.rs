@@ -1,4 +1,4 @@
-//! Statistics of the probe, defined as the note's analysis scripts define them (PROTOCOL §4, §6).
+//! Statistics of the probe, defined as the note's analysis scripts define them (docs/PROTOCOL.md §4, §6).
 //!
 //! * Flip rate: position-wise mismatches of two token streams over `min(len)` positions, no
 //!   re-alignment after the first divergence; pooled as Σ flips / Σ positions.
@@ -128,7 +128,7 @@ pub fn bootstrap_ci(per: &[f64], resamples: usize, seed: u64) -> [f64; 2] {
 }
 
 /// Independent two-sample percentile bootstrap of `mean(a) − mean(b)` (the note's confidence
-/// contrast, PROTOCOL §5.1): per resample, `len(a)` draws from `a` then `len(b)` draws from `b`
+/// contrast, docs/PROTOCOL.md §5.1): per resample, `len(a)` draws from `a` then `len(b)` draws from `b`
 /// with `PyRandom::new(seed).randrange`, sorted differences at `int(0.025·B)` and `int(0.975·B)`
 /// (indices 250 and 9750 for 10⁴). `None` when either sample is empty.
 pub fn bootstrap_diff_ci(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Option<[f64; 2]> {

@@ -1,5 +1,5 @@
 //! `--sampler llama-cpp`: llama.cpp's own chain (logit-bias c on every token → penalties →
-//! greedy, the note's §8.1 driver) against gauge's operators on the same rows. They implement the
+//! greedy, the note's driver, docs/PROTOCOL.md §8.1 driver) against gauge's operators on the same rows. They implement the
 //! same operators in the same fp32 arithmetic, so every run must agree token for token: on the
 //! deterministic source (llama.cpp's samplers need no model) and on the real default model.
 //! `normalized` has no llama.cpp counterpart and stays on gauge's operator in both runs, so the

@@ -1,7 +1,7 @@
 //! `Chain`: ordered stages, the sample loop, llama.cpp's chain print, and the chain builder.
 //!
 //! [`Chain::from_params`] builds exactly the chain llama.cpp's `common_sampler_init` builds
-//! (SPEC §3): `logit-bias` first when there is any bias, then one stage per entry of `samplers` in
+//! (docs/SPEC.md §3): `logit-bias` first when there is any bias, then one stage per entry of `samplers` in
 //! that order (the `temperature` slot is `temp-ext`), then the terminal `dist`, or `adaptive-p` when
 //! `adaptive_p` appears anywhere in the list. With `mirostat` 1 or 2 the list is ignored and the
 //! chain is `[logit-bias] -> temp -> mirostat[-v2]`. Disabled stages stay in the chain as llama.cpp's

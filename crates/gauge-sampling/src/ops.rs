@@ -1,5 +1,5 @@
 //! Helpers shared by several samplers, with llama.cpp's exact arithmetic and ordering
-//! (`softmax_impl`, `partial_sort_inplace`, `top_k_impl`, `temp_impl`; SPEC §0).
+//! (`softmax_impl`, `partial_sort_inplace`, `top_k_impl`, `temp_impl`; docs/SPEC.md §0).
 //!
 //! Design choices:
 //! * Sorting goes through the libstdc++ ports in [`crate::sort`], because the array order after a

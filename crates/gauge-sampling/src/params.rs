@@ -1,6 +1,6 @@
 //! `SamplingParams`: one request's sampling settings, with llama-server's field names.
 //!
-//! A request is a JSON object with the fields llama-server reads (SPEC §2), the OpenAI names it also
+//! A request is a JSON object with the fields llama-server reads (docs/SPEC.md §2), the OpenAI names it also
 //! accepts, and a few gauge fields. Deserialisation starts from llama.cpp's defaults
 //! (`common_params_sampling`), or from a [`Preset`] when the request names one, and then applies
 //! every field that is present. A JSON `null` counts as absent. Fields of other engines that gauge

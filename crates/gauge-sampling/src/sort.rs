@@ -5,7 +5,7 @@
 //!
 //! The order of the candidate array is observable. `dist` walks the array in order and picks the
 //! first index whose running sum reaches `sum * rnd`, so two arrays holding the same distribution in
-//! a different order give different tokens for the same seed (SPEC §6.2, §6.3). Candidates with equal
+//! a different order give different tokens for the same seed (docs/SPEC.md §6.2, §6.3). Candidates with equal
 //! logits are common (quantised models, masked `-inf` tails, typical's tied scores), and neither
 //! `std::sort` nor `std::partial_sort` is stable, so a seeded run only reproduces llama.cpp's tokens
 //! if the ties come out in libstdc++'s order. A stable sort gets `typical({0.4,0.2,0.2,0.2}, 0.5)`
@@ -275,7 +275,7 @@ pub const N_BUCKETS: usize = 128;
 ///
 /// The C++ `int()` conversion of a NaN or an out-of-range value gives `INT_MIN` on x86 (`cvttss2si`),
 /// which clamps to bucket 0. So `+inf` (and anything above ~3.4e8) lands in the *lowest* bucket
-/// (SPEC §6.15), unlike Rust's saturating `as i32`, which would put it in bucket 127.
+/// (docs/SPEC.md §6.15), unlike Rust's saturating `as i32`, which would put it in bucket 127.
 #[inline]
 pub fn bucket_of(logit: f32) -> usize {
     const SCALE: f32 = 128.0 / 20.0; // nbuckets / (high - low) = 6.4f

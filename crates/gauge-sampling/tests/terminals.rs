@@ -583,7 +583,7 @@ fn xtc_disabled_parameters_do_nothing() {
 #[test]
 fn xtc_firing_with_one_token_above_threshold_still_sorts() {
     // Only 0.6 >= 0.5, so pos_last = 0 and nothing is removed, but the array is now sorted with
-    // fresh softmax p (§6.4).
+    // fresh softmax p (docs/SPEC.md §6.4).
     let mut st = Xtc::new(1.0, 0.5, 0, SEED);
     let mut cur = from_probs(&[0.1, 0.6, 0.3]);
     st.apply(&mut cur);

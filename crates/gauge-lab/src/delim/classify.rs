@@ -1,8 +1,8 @@
 //! The delimiter ("structural") tag of a token, exactly as the note's analyzer computes it
-//! (PROTOCOL §5.1): `t = tok.decode([top1]).strip()`; structural iff `t == ""` (whitespace,
+//! (docs/PROTOCOL.md §5.1): `t = tok.decode([top1]).strip()`; structural iff `t == ""` (whitespace,
 //! newline or indent only) or every character of `t` is one of `{ } [ ] ( ) " ' , : ; =`.
 //!
-//! * The set includes the single quote: the note's code has it, its text omits it (§11.6).
+//! * The set includes the single quote: the note's code has it, its text omits it (docs/PROTOCOL.md §11.6).
 //! * The post-hoc "brackets-only" re-slice drops whitespace-only tokens and the single quote.
 //! * `str.strip()` strips what Python's `str.isspace` calls whitespace: Unicode `White_Space`
 //!   (what Rust's `char::is_whitespace` tests) plus the four information separators

@@ -1,4 +1,4 @@
-//! Per-position facts of the HumanEval instrumentation (PROTOCOL §5.1), read off the fp32
+//! Per-position facts of the HumanEval instrumentation (docs/PROTOCOL.md §5.1), read off the fp32
 //! pre-penalty row before the step's token joins the seen set.
 //!
 //! One O(V) pass per (sequence, step) serves every run sharing the sequence: the facts depend on

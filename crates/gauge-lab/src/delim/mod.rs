@@ -1,4 +1,4 @@
-//! `gauge delim` — the HumanEval threshold/delimiter analysis (PROTOCOL §5.1): where the
+//! `gauge delim` — the HumanEval threshold/delimiter analysis (docs/PROTOCOL.md §5.1): where the
 //! sign-branched penalty flips a greedy decision, whether the note's closed form predicts it, and
 //! how often the flipped token was a delimiter the code needed.
 //!
@@ -350,7 +350,7 @@ impl DelimSummary {
     }
 }
 
-/// The note's §1.6 numbers: (metric, StarCoder2-7B raw, StarCoder2-7B fix, Qwen2.5-Coder-7B raw).
+/// The note's numbers (docs/PROTOCOL.md §1.6): (metric, StarCoder2-7B raw, StarCoder2-7B fix, Qwen2.5-Coder-7B raw).
 pub const NOTE_HUMANEVAL: [(&str, f64, f64, f64); 7] = [
     ("clean positions", 48_919.0, 77_754.0, 47_903.0),
     ("clean flips", 27_720.0, 1_583.0, 31_149.0),
@@ -872,7 +872,7 @@ fn delim_report(cfg: &DelimConfig, s: &DelimSummary, plots: &[String]) -> String
     let _ = writeln!(o, "# HumanEval delimiter flips — {}\n", s.model);
     let _ = writeln!(
         o,
-        "Run `{}`: the first {} HumanEval prompts verbatim (no chat template, no gauge shift), greedy, exactly {} tokens (no EOS stop), θ ∈ {{{}}}, ops {}; seen set {}. Pooled statistics cover θ ∈ {{{}}}. The note (PROTOCOL §1.6): 164 prompts × 256 tokens × θ ∈ {{1.0..1.5}} on StarCoder2-7B and Qwen2.5-Coder-7B — different models and grid: compare shapes, not digits.\n",
+        "Run `{}`: the first {} HumanEval prompts verbatim (no chat template, no gauge shift), greedy, exactly {} tokens (no EOS stop), θ ∈ {{{}}}, ops {}; seen set {}. Pooled statistics cover θ ∈ {{{}}}. The note (docs/PROTOCOL.md §1.6): 164 prompts × 256 tokens × θ ∈ {{1.0..1.5}} on StarCoder2-7B and Qwen2.5-Coder-7B — different models and grid: compare shapes, not digits.\n",
         cfg.run_id(),
         cfg.prompts,
         cfg.tokens,

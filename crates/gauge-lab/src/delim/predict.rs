@@ -1,7 +1,7 @@
 //! When does a repetition penalty flip the greedy choice? The note's closed form and gauge's own
 //! two-sided derivation, both evaluated on the pre-penalty facts of a position.
 //!
-//! # The note's closed form (PROTOCOL §5.1)
+//! # The note's closed form (docs/PROTOCOL.md §5.1)
 //! On "clean" positions — top-1 seen, `z_top > 0`, runner-up unseen — the ctrl penalty flips the
 //! greedy choice iff `g < z_top·(1 − 1/θ)`, with `g = z_top − z_runner`. The note evaluates the same
 //! formula on the raw logits for its fix (normalized) run too.

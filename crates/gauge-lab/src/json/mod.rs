@@ -1,4 +1,4 @@
-//! `gauge json` — A2, JSON-schema validity under repetition penalties (PROTOCOL §5.2).
+//! `gauge json` — A2, JSON-schema validity under repetition penalties (docs/PROTOCOL.md §5.2).
 //!
 //! For each of the note's 200 JSONSchemaBench schemas the model is asked for "ONLY a single JSON
 //! object that conforms to this JSON Schema", decoded greedily with each (op, θ) — by default the

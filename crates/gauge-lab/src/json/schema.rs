@@ -1,5 +1,5 @@
 //! The A2 schema manifest, the prompt, extraction of the first JSON object and validation
-//! (PROTOCOL §5.2).
+//! (docs/PROTOCOL.md §5.2).
 //!
 //! * The prompt embeds `json.dumps(schema, indent=2)` exactly as Python writes it: manifest key
 //!   order, `", "`-free item separators with newlines, `": "` after keys, `ensure_ascii` escapes.

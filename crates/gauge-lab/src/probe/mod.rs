@@ -1,4 +1,4 @@
-//! `gauge probe` — A1, the gauge probe (PROTOCOL §4).
+//! `gauge probe` — A1, the gauge probe (docs/PROTOCOL.md §4).
 //!
 //! Greedy decoding from each prefix, the same model twice at the same θ: once with `+c` added to
 //! every logit and once with `−c`, before the penalty. The flip rate is the fraction of positions

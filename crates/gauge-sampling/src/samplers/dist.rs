@@ -6,7 +6,7 @@
 //!   **f64** in array order;
 //! * one `uniform_real_distribution<double>` draw (two mt19937 outputs, libstdc++'s layout);
 //! * the first index, **in array order**, whose running f64 sum reaches `sum * rnd` is selected, so
-//!   the same distribution in a different order gives a different token (SPEC §6.2–6.3);
+//!   the same distribution in a different order gives a different token (docs/SPEC.md §6.2–6.3);
 //! * a single candidate **still consumes a draw** (llama.cpp keeps the RNG aligned with backend
 //!   sampling), an empty array consumes none and selects nothing;
 //! * `p` becomes `p / sum` (f64 division, stored f32).

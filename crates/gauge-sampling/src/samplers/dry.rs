@@ -1,6 +1,6 @@
 //! `dry` ("don't repeat yourself"): penalise the tokens that would extend a repeated sequence.
 //!
-//! # Semantics (llama.cpp `llama_sampler_dry`, SPEC §1 DRY and §6.10)
+//! # Semantics (llama.cpp `llama_sampler_dry`, docs/SPEC.md §1 DRY and §6.10)
 //!
 //! With `s[j]` the j-th most recent token of the last `N` (`s[0]` is the newest):
 //!

@@ -27,7 +27,7 @@
 //! # Deliberate differences from llama.cpp
 //!
 //! * `Window::All` (`-1`) means the whole history. llama.cpp clamps `-1` to `0`, which silently
-//!   turns the penalty off (SPEC §4, upstream issue #25388).
+//!   turns the penalty off (docs/SPEC.md §4, upstream issue #25388).
 //! * `count_prompt = false` ignores the tokens fed through `accept_prompt`; `once_per_token` counts a
 //!   token at most once for the frequency penalty; `exempt` ids are never penalised (they still take
 //!   their place in the window). With `count_prompt = true`, `once_per_token = false` and no

@@ -22,7 +22,6 @@ pub struct Temp {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?temp` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(t: f32) -> Box<dyn Sampler> {
     if t == 1.0 {
         return Placeholder::boxed("?temp");
@@ -47,9 +46,6 @@ impl Sampler for Temp {
     /// the `t <= 0` argmax does not depend on a shift at all.
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

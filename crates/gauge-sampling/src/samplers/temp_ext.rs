@@ -24,7 +24,6 @@ pub struct TempExt {
 }
 
 /// Build the stage as llama.cpp's init function does (a `?temp-ext` placeholder when disabled).
-#[allow(clippy::too_many_arguments)]
 pub fn build(t: f32, delta: f32, exponent: f32) -> Box<dyn Sampler> {
     if t == 1.0 && delta <= 0.0 {
         return Placeholder::boxed("?temp-ext");
@@ -91,9 +90,6 @@ impl Sampler for TempExt {
     /// temperature leaves a shift (all up to f32 rounding).
     fn shift(&self) -> Shift {
         Shift::Invariant
-    }
-    fn box_clone(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

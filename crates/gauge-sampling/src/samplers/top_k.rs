@@ -2,7 +2,7 @@
 //!
 //! apply is `top_k_impl`: an unsorted array gets an exact libstdc++ partial sort of its top k (heap
 //! for k <= 128, bucket sort above), a sorted one is only truncated. `p` is left stale, as in
-//! llama.cpp. Note the bucket path's quirk (SPEC §6.15): a `+inf` logit lands in the lowest bucket,
+//! llama.cpp. Note the bucket path's quirk (docs/SPEC.md §6.15): a `+inf` logit lands in the lowest bucket,
 //! so top-k with k > 128 drops it while k <= 128 keeps it first. gauge reproduces both; the chain
 //! rejects `+inf` in the logit row, so only a stage that writes `+inf` (a logit bias) can hit this.
 

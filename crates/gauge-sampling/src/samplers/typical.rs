@@ -17,7 +17,7 @@
 //! top-n-sigma, temp 0 or a `-inf` logit bias, or a logit so far below the max that `expf`
 //! underflows) contributes `0 · logf(0) = 0 · -inf = NaN`, the
 //! entropy becomes NaN, every sort key is NaN, and the cut depends on how introsort shuffles NaN
-//! keys (SPEC §6.14). Here a `p == 0` candidate contributes 0 (the limit `p·log p → 0`, and what
+//! keys (docs/SPEC.md §6.14). Here a `p == 0` candidate contributes 0 (the limit `p·log p → 0`, and what
 //! temp-ext already does). Its own score is then `+inf`, so it sorts last and is only kept if
 //! everything else is. The result differs from llama.cpp only in cases where llama.cpp's output is
 //! NaN-driven. Pinned by `typical_with_a_masked_candidate_has_finite_entropy`.

@@ -6,7 +6,7 @@
 //! rounded back to f32 by each `+=`; **population** std `sqrt(acc / count)`. Candidates with
 //! `logit < max - n·std` become `-inf`. Nothing is reordered or removed and `sorted` is untouched:
 //! the masked entries stay in the array and reach later stages (typical's NaN in llama.cpp,
-//! SPEC §6.14, which gauge's typical avoids).
+//! docs/SPEC.md §6.14, which gauge's typical avoids).
 //!
 //! On the chain's row fast path the stage does not compute its cut: one vectorised pass bounds it
 //! rigorously ([`band::sigma_band`]) and the mask is recorded as a lazy mask in the overlay, with
