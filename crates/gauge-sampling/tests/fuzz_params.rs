@@ -9,10 +9,12 @@
 //! The Unicode properties found a panic (an error message cut a long value inside a multi-byte
 //! character); it is fixed in `fields::short`, and they stay as its regression tests.
 
+mod common;
+use common::proptest_config;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{Chain, SamplingError, TokenId, Vocab};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed};
+use proptest::test_runner::Config;
 use serde_json::{json, Map, Value};
 
 /// Every request field name `from_value` reads (aliases included), and the refused ones.
@@ -323,15 +325,7 @@ fn exercise(req: &Value, n_vocab: usize, with_vocab: bool, prompt: &[TokenId], r
 
 /// Bounded cases; a fixed seed unless `PROPTEST_RNG_SEED` is set.
 fn config(cases: u32) -> Config {
-    let mut c = Config {
-        cases,
-        max_shrink_iters: 2000,
-        ..Config::default()
-    };
-    if c.rng_seed == RngSeed::Random {
-        c.rng_seed = RngSeed::Fixed(0x6761_7567_6539);
-    }
-    c
+    proptest_config(cases, 0x6761_7567_6539)
 }
 
 /// A request with every field name and random values, with a prompt and rows to sample.

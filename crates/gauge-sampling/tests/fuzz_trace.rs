@@ -7,22 +7,16 @@
 //! Sampling params inside a trace use ASCII text only: any Unicode finds a known panic in
 //! params.rs (see `fuzz_params.rs`), which is not the trace loader's.
 
+mod common;
+use common::{npy_frame, proptest_config};
 use gauge_sampling::trace::{parse_npy_f32, read_npy_f32, Trace, TraceError};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed};
+use proptest::test_runner::Config;
 use serde_json::{json, Value};
 
 /// Bounded cases; a fixed seed unless `PROPTEST_RNG_SEED` is set.
 fn config(cases: u32) -> Config {
-    let mut c = Config {
-        cases,
-        max_shrink_iters: 2000,
-        ..Config::default()
-    };
-    if c.rng_seed == RngSeed::Random {
-        c.rng_seed = RngSeed::Fixed(0x0074_7261_6365);
-    }
-    c
+    proptest_config(cases, 0x0074_7261_6365)
 }
 
 /// Text: any characters, or ASCII only (control characters included).
@@ -237,16 +231,8 @@ fn npy_file() -> impl Strategy<Value = Vec<u8>> {
                 );
                 header.push_str(&" ".repeat(pad));
                 header.push('\n');
-                let mut out = b"\x93NUMPY".to_vec();
-                out.extend([major, 0]);
-                if major == 1 {
-                    out.extend((header.len() as u16).to_le_bytes());
-                } else {
-                    out.extend((header.len() as u32).to_le_bytes());
-                }
-                out.extend(header.as_bytes());
-                out.extend(vals.iter().flat_map(|x| x.to_le_bytes()));
-                out
+                let payload: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+                npy_frame(major, &header, &payload)
             })
         })
 }

@@ -26,16 +26,7 @@ fn npy_bytes(major: u8, descr: &str, fortran: bool, shape: &str, payload: &[u8])
         header.push(' ');
     }
     header.push('\n');
-    let mut out = b"\x93NUMPY".to_vec();
-    out.extend([major, 0]);
-    if major == 1 {
-        out.extend((header.len() as u16).to_le_bytes());
-    } else {
-        out.extend((header.len() as u32).to_le_bytes());
-    }
-    out.extend(header.as_bytes());
-    out.extend(payload);
-    out
+    common::npy_frame(major, &header, payload)
 }
 
 fn f32_bytes(vals: &[f32]) -> Vec<u8> {

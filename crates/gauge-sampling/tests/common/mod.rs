@@ -135,3 +135,34 @@ pub fn bits(c: &[TokenData]) -> Vec<(i32, u32, u32)> {
         .map(|t| (t.id, t.logit.to_bits(), t.p.to_bits()))
         .collect()
 }
+
+/// A `.npy` file framed by hand (independently of the library's reader): magic, version `major.0`,
+/// the header length (u16 for v1, u32 for v2/v3), `header` as given (padding and newline
+/// included), then `payload`.
+pub fn npy_frame(major: u8, header: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = b"\x93NUMPY".to_vec();
+    out.extend([major, 0]);
+    if major == 1 {
+        out.extend((header.len() as u16).to_le_bytes());
+    } else {
+        out.extend((header.len() as u32).to_le_bytes());
+    }
+    out.extend(header.as_bytes());
+    out.extend(payload);
+    out
+}
+
+/// proptest settings for the fuzz tests: bounded cases, and a fixed seed unless
+/// `PROPTEST_RNG_SEED` is set, so CI is reproducible.
+pub fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, RngSeed};
+    let mut c = Config {
+        cases,
+        max_shrink_iters: 2000,
+        ..Config::default()
+    };
+    if c.rng_seed == RngSeed::Random {
+        c.rng_seed = RngSeed::Fixed(seed);
+    }
+    c
+}
