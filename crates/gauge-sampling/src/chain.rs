@@ -186,8 +186,10 @@ impl Chain {
         };
         match from_row {
             FromRow::Done => i += 1,
-            FromRow::Invalid => return self.validate_row(logits),
-            FromRow::Declined => {
+            // Invalid: the row check below reports the exact entry. Should a stage ever call a
+            // valid row invalid, the chain falls back to the fill path rather than return the
+            // previous step's selection.
+            FromRow::Invalid | FromRow::Declined => {
                 self.validate_row(logits)?;
                 self.overlay.materialize(logits, cur);
             }
