@@ -92,8 +92,13 @@ impl ExplainJob {
                 "normalized": view(&normalized, &text_of),
             }));
         }
-        self.ctrl.accept(tok);
-        self.normalized.accept(tok);
+        // The views above ran on copies; step the companions themselves on the unshifted row so
+        // their generators draw in lockstep with the request's chain, then record the token the
+        // request's chain chose (the one that was generated).
+        for comp in [&mut self.ctrl, &mut self.normalized] {
+            comp.sample_no_accept(row)?;
+            comp.accept(tok);
+        }
         step.label(&text_of);
         let mut v = serde_json::to_value(&step).unwrap_or(Value::Null);
         v["shifts"] = Value::Array(shifts);

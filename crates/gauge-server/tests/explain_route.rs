@@ -65,6 +65,8 @@ fn explain_records_every_stage_and_samples_what_completion_samples() {
         let shifts = s["shifts"].as_array().unwrap();
         assert_eq!(shifts.len(), 3);
         let zero = &shifts[1];
+        // the companion in the request's mode (ctrl) is the request's chain at c = 0
+        assert_eq!(zero["ctrl"]["selected"], s["id"], "the ctrl companion drifted");
         for sh in shifts {
             let d = max_dp(&sh["normalized"], &zero["normalized"]);
             assert!(d < 1e-4, "normalized moved by {d} at c = {}", sh["c"]);
@@ -115,7 +117,7 @@ fn bad_explain_fields_name_the_field() {
         (json!({"explain": {"shifts": [1e9]}}), "explain.shifts"),
         (json!({"explain": 3}), "explain"),
         (json!({"n_predict": 100000}), "n_predict"),
-        (json!({"top_k": -5}), "top_k"),
+        (json!({"repeat_penalty_mode": "sideways"}), "repeat_penalty_mode"),
     ] {
         let r = post(addr, "/explain", &body(extra.clone()));
         assert_error(&r, 400, Some(param));
