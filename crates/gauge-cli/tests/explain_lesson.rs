@@ -15,7 +15,10 @@ use gauge_sampling::Chain;
 use serde_json::Value;
 
 fn data() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/lesson_samplers.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/lesson_samplers.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).expect("read lesson data")).unwrap()
 }
 
@@ -93,11 +96,21 @@ fn final_p(out: &Value, token: &str) -> f64 {
 #[test]
 fn tables_repetition_presence_frequency_logit_bias() {
     let d = data();
-    let row: Vec<f64> = d["row6"]["logits"].as_array().unwrap().iter().map(f).collect();
+    let row: Vec<f64> = d["row6"]["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
     let vocab = strs(&d["row6"]["vocab"]);
     for case in d["tables"].as_array().unwrap() {
         let section = case["section"].as_str().unwrap();
-        let out = explain(&row, &vocab, &strs(&case["history"]), &flags_of(&case["flags"]));
+        let out = explain(
+            &row,
+            &vocab,
+            &strs(&case["history"]),
+            &flags_of(&case["flags"]),
+        );
         let st = stage(&out, case["stage"].as_str().unwrap());
         let cols = strs(&case["columns"]);
         let decimals = case["p_decimals"].as_i64().unwrap() as i32;
@@ -128,7 +141,10 @@ fn tables_repetition_presence_frequency_logit_bias() {
         if let Some(nz) = case.get("not_exactly_zero") {
             for t in strs(nz) {
                 let p = f(&cand(st, &t)["p"]);
-                assert!(p > 0.0 && p < 1e-40, "{section}: {t} p = {p:e}, the lesson: tiny but not 0");
+                assert!(
+                    p > 0.0 && p < 1e-40,
+                    "{section}: {t} p = {p:e}, the lesson: tiny but not 0"
+                );
             }
         }
     }
@@ -137,7 +153,12 @@ fn tables_repetition_presence_frequency_logit_bias() {
 #[test]
 fn three_penalties_on_one_history() {
     let d = data();
-    let row: Vec<f64> = d["row6"]["logits"].as_array().unwrap().iter().map(f).collect();
+    let row: Vec<f64> = d["row6"]["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
     let vocab = strs(&d["row6"]["vocab"]);
     let case = &d["three_penalties"];
     for s in case["settings"].as_array().unwrap() {
@@ -145,7 +166,12 @@ fn three_penalties_on_one_history() {
         flags.extend(["--samplers".into(), "penalties".into()]);
         let out = explain(&row, &vocab, &strs(&case["history"]), &flags);
         for (tok, want) in vocab.iter().zip(s["p"].as_array().unwrap()) {
-            close(final_p(&out, tok), f(want), 3, &format!("Example 4 {}: p({tok})", s["name"]));
+            close(
+                final_p(&out, tok),
+                f(want),
+                3,
+                &format!("Example 4 {}: p({tok})", s["name"]),
+            );
         }
     }
 }
@@ -169,7 +195,12 @@ fn window_and_code_identifiers() {
         ];
         let out = explain(&row, &vocab, &history, &flags);
         for (tok, want) in strs(&case["tokens"]).iter().zip(s["p"].as_array().unwrap()) {
-            close(final_p(&out, tok), f(want), 3, &format!("Example 5 {s}: P({tok})"));
+            close(
+                final_p(&out, tok),
+                f(want),
+                3,
+                &format!("Example 5 {s}: P({tok})"),
+            );
         }
     }
 }
@@ -189,18 +220,48 @@ fn typical_keeps_the_tokens_near_the_entropy() {
     let d = data();
     let case = &d["typical"];
     let vocab = strs(&case["vocab"]);
-    let row: Vec<f64> = case["probabilities"].as_array().unwrap().iter().map(|p| f(p).ln()).collect();
+    let row: Vec<f64> = case["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| f(p).ln())
+        .collect();
     for lim in case["limits"].as_array().unwrap() {
         let l = lim["limit"].to_string();
-        let out = explain(&row, &vocab, &[], &["--typical".into(), l.clone(), "--samplers".into(), "typ_p".into()]);
+        let out = explain(
+            &row,
+            &vocab,
+            &[],
+            &[
+                "--typical".into(),
+                l.clone(),
+                "--samplers".into(),
+                "typ_p".into(),
+            ],
+        );
         let st = stage(&out, "typical");
-        close(f(&st["entropy_before"]), f(&case["entropy_nats"]), 3, "Example 7 entropy");
+        close(
+            f(&st["entropy_before"]),
+            f(&case["entropy_nats"]),
+            3,
+            "Example 7 entropy",
+        );
         let mut got = kept(st);
         let mut want = strs(&lim["typical_keeps"]);
         got.sort();
         want.sort();
         assert_eq!(got, want, "Example 7 typical at {l}");
-        let out = explain(&row, &vocab, &[], &["--top-p".into(), l.clone(), "--samplers".into(), "top_p".into()]);
+        let out = explain(
+            &row,
+            &vocab,
+            &[],
+            &[
+                "--top-p".into(),
+                l.clone(),
+                "--samplers".into(),
+                "top_p".into(),
+            ],
+        );
         let mut got = kept(stage(&out, "top-p"));
         let mut want = strs(&lim["top_p_keeps"]);
         got.sort();
@@ -271,23 +332,46 @@ fn mirostat_cut_update_and_long_run_surprise() {
         let tau = f(&run["tau"]);
         // step 0 through the binary: the cut and the update
         let row0 = lesson_row(&mut JavaRandom::new(1));
-        let flags: Vec<String> = ["--mirostat", "2", "--mirostat-ent", &tau.to_string(), "--mirostat-lr", &eta.to_string(), "--temp", "1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let flags: Vec<String> = [
+            "--mirostat",
+            "2",
+            "--mirostat-ent",
+            &tau.to_string(),
+            "--mirostat-lr",
+            &eta.to_string(),
+            "--temp",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let out = explain(&row0, &vocab, &[], &flags);
-        assert!(out["chain"].as_str().unwrap().trim().ends_with("-> mirostat-v2"));
+        assert!(out["chain"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .ends_with("-> mirostat-v2"));
         let st = stage(&out, "mirostat-v2");
-        assert_eq!(st["n_after"], run["step0_kept"], "Example 8 tau {tau}: kept at step 0");
+        assert_eq!(
+            st["n_after"], run["step0_kept"],
+            "Example 8 tau {tau}: kept at step 0"
+        );
         let mu0 = st["state_before"][0][1].as_f64().unwrap();
         close(mu0, f(&run["mu_start"]), 4, "Example 8: mu starts at 2 tau");
         let surprise = -f(&out["steps"][0]["selected"]["p"]).log2();
         let mu1 = st["state"][0][1].as_f64().unwrap();
-        close(mu1, mu0 - eta * (surprise - tau), 4, "Example 8: mu -= eta (surprise - tau)");
+        close(
+            mu1,
+            mu0 - eta * (surprise - tau),
+            4,
+            "Example 8: mu -= eta (surprise - tau)",
+        );
 
         // the long run through the explain library
         let mut chain = chain_of(
-            &format!(r#"{{"mirostat": 2, "mirostat_tau": {tau}, "mirostat_eta": {eta}, "temperature": 1, "seed": 2}}"#),
+            &format!(
+                r#"{{"mirostat": 2, "mirostat_tau": {tau}, "mirostat_eta": {eta}, "temperature": 1, "seed": 2}}"#
+            ),
             50,
         );
         let mut data = JavaRandom::new(1);
@@ -300,7 +384,10 @@ fn mirostat_cut_update_and_long_run_surprise() {
         }
         let avg = total / steps as f64;
         let want = f(&run["average_surprise_bits"]);
-        assert!((avg - want).abs() <= 0.05, "Example 8 tau {tau}: average surprise {avg:.3} bits, lesson {want}");
+        assert!(
+            (avg - want).abs() <= 0.05,
+            "Example 8 tau {tau}: average surprise {avg:.3} bits, lesson {want}"
+        );
     }
     let mut chain = chain_of(r#"{"samplers": [], "seed": 2}"#, 50);
     let mut data = JavaRandom::new(1);
@@ -313,7 +400,10 @@ fn mirostat_cut_update_and_long_run_surprise() {
     }
     let avg = total / steps as f64;
     let want = f(&case["plain_average_surprise_bits"]);
-    assert!((avg - want).abs() <= 0.1, "Example 8 plain: {avg:.3} bits, lesson {want}");
+    assert!(
+        (avg - want).abs() <= 0.1,
+        "Example 8 plain: {avg:.3} bits, lesson {want}"
+    );
 }
 
 #[test]
@@ -336,7 +426,12 @@ fn dry_penalises_the_token_that_extends_a_repeat() {
     let st = stage(&out, "dry");
     for pair in case["penalties"].as_array().unwrap() {
         let tok = pair[0].as_str().unwrap();
-        close(-cand(st, tok)["logit"].as_f64().unwrap(), f(&pair[1]), 3, &format!("Example 9: penalty of {tok}"));
+        close(
+            -cand(st, tok)["logit"].as_f64().unwrap(),
+            f(&pair[1]),
+            3,
+            &format!("Example 9: penalty of {tok}"),
+        );
     }
     // a repeat of exactly L: [0..L) then the candidate L, a separator L+1, then [0..L) again
     for pair in case["by_length"].as_array().unwrap() {
@@ -347,8 +442,15 @@ fn dry_penalises_the_token_that_extends_a_repeat() {
         history.push(names[len + 1].clone());
         history.extend(names[..len].iter().cloned());
         let out = explain(&vec![0.0; len + 2], &names, &history, &flags);
-        let pen = -cand(stage(&out, "dry"), &names[len])["logit"].as_f64().unwrap();
-        close(pen, f(&pair[1]), 2, &format!("Example 9: penalty at repeat length {len}"));
+        let pen = -cand(stage(&out, "dry"), &names[len])["logit"]
+            .as_f64()
+            .unwrap();
+        close(
+            pen,
+            f(&pair[1]),
+            2,
+            &format!("Example 9: penalty at repeat length {len}"),
+        );
     }
 }
 
@@ -356,28 +458,47 @@ fn dry_penalises_the_token_that_extends_a_repeat() {
 fn xtc_removes_all_but_the_least_likely_top_choice() {
     let d = data();
     let case = &d["xtc"];
-    let probs: Vec<f64> = case["probabilities"].as_array().unwrap().iter().map(f).collect();
+    let probs: Vec<f64> = case["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
     let vocab: Vec<String> = (0..probs.len()).map(|i| format!("t{i}")).collect();
     let row: Vec<f64> = probs.iter().map(|p| p.ln()).collect();
     for (threshold, after) in [
         ("threshold", "after_llama_cpp_at_0.1"),
         ("threshold_off_the_boundary", "after"),
     ] {
-        let flags: Vec<String> = ["--xtc-probability", "1", "--xtc-threshold", &case[threshold].to_string(), "--samplers", "xtc"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let flags: Vec<String> = [
+            "--xtc-probability",
+            "1",
+            "--xtc-threshold",
+            &case[threshold].to_string(),
+            "--samplers",
+            "xtc",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let out = explain(&row, &vocab, &[], &flags);
         let st = stage(&out, "xtc");
         for (tok, want) in vocab.iter().zip(case[after].as_array().unwrap()) {
-            close(f(&cand(st, tok)["p"]), f(want), 3, &format!("Example 10 ({after}): p({tok}) after XTC"));
+            close(
+                f(&cand(st, tok)["p"]),
+                f(want),
+                3,
+                &format!("Example 10 ({after}): p({tok}) after XTC"),
+            );
         }
     }
     // the shares: XTC off, and on in half of the steps
     for (prob, key) in [(0.0, "share_top_off"), (0.5, "share_top_on_half")] {
         let samplers = if prob > 0.0 { r#"["xtc"]"# } else { "[]" };
         let mut chain = chain_of(
-            &format!(r#"{{"samplers": {samplers}, "xtc_probability": {prob}, "xtc_threshold": 0.1, "seed": 3}}"#),
+            &format!(
+                r#"{{"samplers": {samplers}, "xtc_probability": {prob}, "xtc_threshold": 0.1, "seed": 3}}"#
+            ),
             probs.len(),
         );
         let row32: Vec<f32> = row.iter().map(|&x| x as f32).collect();
@@ -390,7 +511,10 @@ fn xtc_removes_all_but_the_least_likely_top_choice() {
         }
         let share = top as f64 / draws as f64;
         let want = f(&case[key]);
-        assert!((share - want).abs() <= 0.015, "Example 10 {key}: {share}, lesson {want}");
+        assert!(
+            (share - want).abs() <= 0.015,
+            "Example 10 {key}: {share}, lesson {want}"
+        );
     }
 }
 
@@ -401,12 +525,21 @@ fn chains_print_as_llama_cpp_prints_them() {
     let vocab: Vec<String> = (0..32).map(|i| format!("t{i}")).collect();
     for case in d["chains"]["cases"].as_array().unwrap() {
         let out = explain(&row, &vocab, &[], &flags_of(&case["flags"]));
-        assert_eq!(out["chain"].as_str().unwrap().trim(), case["chain"].as_str().unwrap(), "Example 11 {}", case["flags"]);
+        assert_eq!(
+            out["chain"].as_str().unwrap().trim(),
+            case["chain"].as_str().unwrap(),
+            "Example 11 {}",
+            case["flags"]
+        );
     }
     let b = &d["chains"]["project_builder"];
     let out = explain(&row, &vocab, &[], &flags_of(&b["flags"]));
     let got = out["chain"].as_str().unwrap().trim();
-    assert_eq!(got, b["llama_cpp_chain"].as_str().unwrap(), "Example 12 (llama.cpp's line)");
+    assert_eq!(
+        got,
+        b["llama_cpp_chain"].as_str().unwrap(),
+        "Example 12 (llama.cpp's line)"
+    );
     assert_ne!(got, b["lesson_describe"].as_str().unwrap());
 }
 
@@ -420,8 +553,17 @@ fn task_presets_on_the_code_prompt() {
     for p in d["tasks"]["presets"].as_array().unwrap() {
         let out = explain(&row, &vocab, &history, &flags_of(&p["flags"]));
         let task = p["task"].as_str().unwrap();
-        close(final_p(&out, "count"), f(&p["p_count"]), 3, &format!("Example 13 {task}: P(count)"));
-        assert_eq!(stage(&out, "dist")["n_after"], p["candidates"], "Example 13 {task}: candidates");
+        close(
+            final_p(&out, "count"),
+            f(&p["p_count"]),
+            3,
+            &format!("Example 13 {task}: P(count)"),
+        );
+        assert_eq!(
+            stage(&out, "dist")["n_after"],
+            p["candidates"],
+            "Example 13 {task}: candidates"
+        );
     }
 }
 
@@ -430,14 +572,28 @@ fn task_presets_on_the_code_prompt() {
 #[test]
 fn gauge_shift_moves_ctrl_not_normalized() {
     let d = data();
-    let row: Vec<f64> = d["row6"]["logits"].as_array().unwrap().iter().map(f).collect();
+    let row: Vec<f64> = d["row6"]["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
     let vocab = strs(&d["row6"]["vocab"]);
     let history = strs(&d["tables"][0]["history"]);
     for (mode, moves) in [("ctrl", true), ("normalized", false)] {
-        let flags: Vec<String> = ["--repeat-penalty", "1.5", "--repeat-penalty-mode", mode, "--samplers", "penalties", "--gauge", "3"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let flags: Vec<String> = [
+            "--repeat-penalty",
+            "1.5",
+            "--repeat-penalty-mode",
+            mode,
+            "--samplers",
+            "penalties",
+            "--gauge",
+            "3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let out = explain(&row, &vocab, &history, &flags);
         let g = &out["steps"][0]["gauge"];
         assert_eq!(g["c"].as_f64(), Some(3.0));
@@ -445,7 +601,10 @@ fn gauge_shift_moves_ctrl_not_normalized() {
         let pen = stage(&out, "penalties");
         assert_eq!(pen["shift_invariant"], !moves, "{mode}");
         if moves {
-            assert!(dp > 0.05, "ctrl should move under a shift of 3: max |dp| {dp}");
+            assert!(
+                dp > 0.05,
+                "ctrl should move under a shift of 3: max |dp| {dp}"
+            );
         } else {
             assert!(dp < 1e-5, "normalized should stand still: max |dp| {dp}");
         }
@@ -457,8 +616,14 @@ fn bad_rows_are_refused_with_the_field_named() {
     for (args, needle) in [
         (vec!["explain", "--logits", "1,x,2"], "--logits: value 1"),
         (vec!["explain", "--logits", "1,nan"], "--logits: value 1"),
-        (vec!["explain", "--logits", "1,2", "--vocab", "a"], "--vocab has 1 names"),
-        (vec!["explain", "--logits", "1,2", "--history", "7"], "--history: token id 7"),
+        (
+            vec!["explain", "--logits", "1,2", "--vocab", "a"],
+            "--vocab has 1 names",
+        ),
+        (
+            vec!["explain", "--logits", "1,2", "--history", "7"],
+            "--history: token id 7",
+        ),
         (vec!["explain"], "--logits"),
     ] {
         let out = gauge(&args);

@@ -349,7 +349,11 @@ pub fn final_under_shift(chain: &Chain, logits: &[f32], c: f32, top: usize) -> R
         .collect();
     dist.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     dist.truncate(top);
-    Ok(FinalView { c, selected, top: dist })
+    Ok(FinalView {
+        c,
+        selected,
+        top: dist,
+    })
 }
 
 /// `max |p_a(id) − p_b(id)|` over the ids of either list (an id missing counts as `p = 0`).

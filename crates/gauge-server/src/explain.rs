@@ -4,7 +4,7 @@
 //! field; `n_predict`; `stream`) plus an optional `explain` object:
 //!
 //! * `top` (1..=50, default 10): candidates shown per stage;
-//! * `shifts` (at most 21 finite numbers within ±1000, default −8, −6, ..., 8): for every step, the
+//! * `shifts` (at most 21 finite numbers within ±1000, default −24, −20, ..., 24): for every step, the
 //!   final distribution when every logit is shifted by each `c`, once with the repeat penalty in
 //!   `ctrl` mode and once in `normalized` mode (the playground's slider).
 //!
@@ -46,6 +46,11 @@ const DEFAULT_EXPLAIN_TOKENS: usize = 32;
 const MAX_TOP: usize = 50;
 const MAX_SHIFTS: usize = 21;
 const MAX_ABS_SHIFT: f64 = 1000.0;
+/// A model's logits typically sit O(10) above zero (SmolLM2's top logits are 15-20), so `ctrl`'s
+/// sign branch only flips for shifts of that size: the default grid reaches ±24.
+const DEFAULT_SHIFTS: [f32; 13] = [
+    -24.0, -20.0, -16.0, -12.0, -8.0, -4.0, 0.0, 4.0, 8.0, 12.0, 16.0, 20.0, 24.0,
+];
 
 /// What the engine needs to explain a job: the view sizes and two companion chains (the request's
 /// settings with the repeat penalty in `ctrl` and in `normalized` mode), kept in step with the
@@ -117,7 +122,7 @@ fn view(f: &FinalView, text_of: &dyn Fn(TokenId) -> String) -> Value {
 
 /// The `explain` field: `(top, shifts)`.
 fn parse_spec(body: &Value) -> Result<(usize, Vec<f32>), ApiError> {
-    let default_shifts: Vec<f32> = (-4..=4).map(|k| 2.0 * k as f32).collect();
+    let default_shifts: Vec<f32> = DEFAULT_SHIFTS.to_vec();
     let Some(spec) = body.get("explain").filter(|v| !v.is_null()) else {
         return Ok((10, default_shifts));
     };
@@ -141,9 +146,8 @@ fn parse_spec(body: &Value) -> Result<(usize, Vec<f32>), ApiError> {
     let shifts = match o.get("shifts").filter(|v| !v.is_null()) {
         None => default_shifts,
         Some(v) => {
-            let allowed = format!(
-                "an array of at most {MAX_SHIFTS} numbers within ±{MAX_ABS_SHIFT}"
-            );
+            let allowed =
+                format!("an array of at most {MAX_SHIFTS} numbers within ±{MAX_ABS_SHIFT}");
             let arr = v
                 .as_array()
                 .filter(|a| a.len() <= MAX_SHIFTS)

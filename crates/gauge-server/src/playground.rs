@@ -18,11 +18,7 @@ const APP_JS: &str = include_str!("../assets/playground/app.js");
 const STYLE_CSS: &str = include_str!("../assets/playground/style.css");
 
 fn with_type(body: String, mime: &'static str) -> Response {
-    (
-        [(CONTENT_TYPE, mime), (CACHE_CONTROL, "no-cache")],
-        body,
-    )
-        .into_response()
+    ([(CONTENT_TYPE, mime), (CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// `GET /`: the page.

@@ -66,7 +66,10 @@ fn explain_records_every_stage_and_samples_what_completion_samples() {
         assert_eq!(shifts.len(), 3);
         let zero = &shifts[1];
         // the companion in the request's mode (ctrl) is the request's chain at c = 0
-        assert_eq!(zero["ctrl"]["selected"], s["id"], "the ctrl companion drifted");
+        assert_eq!(
+            zero["ctrl"]["selected"], s["id"],
+            "the ctrl companion drifted"
+        );
         for sh in shifts {
             let d = max_dp(&sh["normalized"], &zero["normalized"]);
             assert!(d < 1e-4, "normalized moved by {d} at c = {}", sh["c"]);
@@ -74,9 +77,13 @@ fn explain_records_every_stage_and_samples_what_completion_samples() {
     }
     let ctrl_moves = steps.iter().any(|s| {
         let sh = s["shifts"].as_array().unwrap();
-        max_dp(&sh[0]["ctrl"], &sh[1]["ctrl"]) > 1e-3 || max_dp(&sh[2]["ctrl"], &sh[1]["ctrl"]) > 1e-3
+        max_dp(&sh[0]["ctrl"], &sh[1]["ctrl"]) > 1e-3
+            || max_dp(&sh[2]["ctrl"], &sh[1]["ctrl"]) > 1e-3
     });
-    assert!(ctrl_moves, "ctrl should move under a shift of ±8 on this repetitive prompt");
+    assert!(
+        ctrl_moves,
+        "ctrl should move under a shift of ±8 on this repetitive prompt"
+    );
 
     // Explaining is a separate entry point: it samples exactly the tokens /completion samples.
     let mut plain = body(json!({"return_tokens": true}));
@@ -90,7 +97,11 @@ fn explain_records_every_stage_and_samples_what_completion_samples() {
 #[test]
 fn explain_streams_head_steps_and_done() {
     let addr = shared();
-    let r = post(addr, "/explain", &body(json!({"stream": true, "n_predict": 3})));
+    let r = post(
+        addr,
+        "/explain",
+        &body(json!({"stream": true, "n_predict": 3})),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let events: Vec<Value> = r
         .sse_data()
@@ -101,7 +112,10 @@ fn explain_streams_head_steps_and_done() {
     let last = events.last().unwrap();
     assert_eq!(last["done"], true, "{last}");
     let steps: Vec<&Value> = events.iter().filter(|e| e.get("step").is_some()).collect();
-    assert_eq!(steps.len() as u64, last["tokens_predicted"].as_u64().unwrap());
+    assert_eq!(
+        steps.len() as u64,
+        last["tokens_predicted"].as_u64().unwrap()
+    );
     for (k, s) in steps.iter().enumerate() {
         assert_eq!(s["index"], k);
         assert!(s["step"]["stages"].is_array());
@@ -117,7 +131,10 @@ fn bad_explain_fields_name_the_field() {
         (json!({"explain": {"shifts": [1e9]}}), "explain.shifts"),
         (json!({"explain": 3}), "explain"),
         (json!({"n_predict": 100000}), "n_predict"),
-        (json!({"repeat_penalty_mode": "sideways"}), "repeat_penalty_mode"),
+        (
+            json!({"repeat_penalty_mode": "sideways"}),
+            "repeat_penalty_mode",
+        ),
     ] {
         let r = post(addr, "/explain", &body(extra.clone()));
         assert_error(&r, 400, Some(param));
@@ -134,7 +151,10 @@ fn the_page_is_public_and_explain_needs_the_key() {
     let addr = srv.addr();
     let page = get(addr, "/");
     assert_eq!(page.status, 200);
-    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
     assert!(page.body.contains("/playground/app.js"));
     for (path, mime) in [
         ("/playground/app.js", "text/javascript"),
@@ -143,16 +163,25 @@ fn the_page_is_public_and_explain_needs_the_key() {
     ] {
         let r = get(addr, path);
         assert_eq!(r.status, 200, "{path}");
-        assert!(r.header("content-type").unwrap().starts_with(mime), "{path}");
+        assert!(
+            r.header("content-type").unwrap().starts_with(mime),
+            "{path}"
+        );
     }
     let presets = get(addr, "/playground/presets.json").json();
     for name in ["json", "code", "chat", "creative"] {
-        assert!(presets[name]["temperature"].is_number(), "{name}: {presets}");
+        assert!(
+            presets[name]["temperature"].is_number(),
+            "{name}: {presets}"
+        );
     }
     assert_eq!(get(addr, "/playground/nope.js").status, 404);
     let b = body(json!({"n_predict": 1})).to_string();
     let r = request(addr, "POST", "/explain", &[], b.as_bytes());
-    assert_eq!(assert_error(&r, 401, None)["error"]["code"], "invalid_api_key");
+    assert_eq!(
+        assert_error(&r, 401, None)["error"]["code"],
+        "invalid_api_key"
+    );
     let r = request(
         addr,
         "POST",
