@@ -284,6 +284,28 @@ fn playground_generates_explains_and_shifts_in_headless_chromium() {
     for name in ["repeat_penalty", "frequency_penalty", "top_k"] {
         assert!(table.contains(name), "settings table lacks {name}: {table}");
     }
+    // A task preset fills the settings from the server's own presets (code: temperature 0.2).
+    s.wait_text("#status", 30, |t| t == "ready");
+    let value = |id: &str| {
+        s.script(&format!("return document.getElementById('{id}').value;"))
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(value("f-temperature"), "0.8");
+    let end = Instant::now() + Duration::from_secs(30);
+    while value("f-temperature") != "0.2" {
+        // presets.json may still be loading: click until it applies
+        s.click(".preset[data-preset=code]");
+        assert!(Instant::now() < end, "the code preset never applied");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // back to the page's defaults (a fixed seed) for the run below
+    s.call(
+        "POST",
+        "/url",
+        Some(json!({"url": format!("http://{addr}/")})),
+    );
     s.script("document.getElementById('n_predict').value = '16';");
     s.click("#generate");
     let status = s.wait_text("#status", 240, |t| {

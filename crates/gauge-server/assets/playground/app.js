@@ -59,8 +59,9 @@ function applyPreset(name) {
   if (!p) return;
   for (const [key, , , , kind] of SETTINGS) {
     if (!(key in p) || kind === "json") continue;
-    const el = $(`f-${key}`);
-    el.value = p[key];
+    const v = p[key];
+    // the server's values are f32 widened to f64 (0.2 -> 0.20000000298...): show them as set
+    $(`f-${key}`).value = typeof v === "number" ? String(Number(v.toPrecision(6))) : v;
   }
   for (const b of document.querySelectorAll(".preset")) b.classList.toggle("active", b.dataset.preset === name);
 }
