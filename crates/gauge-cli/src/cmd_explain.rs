@@ -17,6 +17,7 @@ use gauge_sampling::explain::{
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{Chain, TokenId, Vocab};
 use serde::Serialize;
+use std::io::Write;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -270,10 +271,11 @@ fn fmt_logit(x: Option<f32>) -> String {
     x.map_or_else(|| "-inf".to_string(), |v| format!("{v:.3}"))
 }
 
-fn print_text(out: &Out, all_stages: bool) {
-    println!("sampler chain: {}", out.chain);
+/// The text report; written with `?` so a closed pipe (`| head`) ends it quietly, never a panic.
+fn print_text(w: &mut impl Write, out: &Out, all_stages: bool) -> std::io::Result<()> {
+    writeln!(w, "sampler chain: {}", out.chain)?;
     for (k, s) in out.steps.iter().enumerate() {
-        println!("\nstep {}", k + 1);
+        writeln!(w, "\nstep {}", k + 1)?;
         for (j, st) in s.step.stages.iter().enumerate() {
             if st.name.starts_with('?') && !all_stages {
                 continue;
@@ -283,45 +285,54 @@ fn print_text(out: &Out, all_stages: bool) {
             } else {
                 format!("NOT shift-invariant: {}", st.shift_reason.unwrap_or(""))
             };
-            println!(
+            writeln!(
+                w,
                 "  {}  [{}]  candidates {} -> {}, removed {}, entropy {:.3} -> {:.3} nats",
                 st.name, inv, st.n_before, st.n_after, st.n_removed, st.entropy_before, st.entropy
-            );
+            )?;
             for ((name, b), (_, a)) in st.state_before.iter().zip(&st.state) {
-                println!("    {name}: {b:.4} -> {a:.4}");
+                writeln!(w, "    {name}: {b:.4} -> {a:.4}")?;
             }
-            println!(
+            writeln!(
+                w,
                 "    {:<16} {:>9} {:>9} {:>9} {:>9}",
                 "token", "logit", "after", "p before", "p after"
-            );
+            )?;
             for c in &st.candidates {
                 let gone = if c.logit_before.is_some() && c.logit.is_none() {
                     "  removed"
                 } else {
                     ""
                 };
-                println!(
+                writeln!(
+                    w,
                     "    {:<16} {:>9} {:>9} {:>9.4} {:>9.4}{gone}",
                     format!("{:?}", c.token.as_deref().unwrap_or("")),
                     fmt_logit(c.logit_before),
                     fmt_logit(c.logit),
                     c.p_before,
                     c.p
-                );
+                )?;
             }
             if let Some(g) = &s.gauge {
-                println!("    shifted by {}: max |dp| {:.2e}", g.c, g.max_abs_dp[j]);
+                writeln!(
+                    w,
+                    "    shifted by {}: max |dp| {:.2e}",
+                    g.c, g.max_abs_dp[j]
+                )?;
             }
         }
         let sel = &s.step.selected;
-        println!(
+        writeln!(
+            w,
             "  selected: {:?} (id {}, p {:.4})",
             sel.token.as_deref().unwrap_or(""),
             sel.id,
             sel.p
-        );
+        )?;
         if let Some(g) = &s.gauge {
-            println!(
+            writeln!(
+                w,
                 "  shifted by {}: selected {:?} (id {}, p {:.4}) -- {}",
                 g.c,
                 g.step.selected.token.as_deref().unwrap_or(""),
@@ -332,12 +343,13 @@ fn print_text(out: &Out, all_stages: bool) {
                 } else {
                     "a DIFFERENT token: the chain depends on where the logits sit"
                 }
-            );
+            )?;
         }
     }
     if let Some(t) = &out.text {
-        println!("\ntext: {t:?}");
+        writeln!(w, "\ntext: {t:?}")?;
     }
+    Ok(())
 }
 
 pub fn run(args: &ExplainArgs) -> Result<()> {
@@ -346,10 +358,14 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         (None, Some(m)) => run_model(args, m)?,
         (None, None) => bail!("give a row (--logits ...) or a model (--model M --prompt ...)"),
     };
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        serde_json::to_writer_pretty(&mut w, &out).map_err(std::io::Error::from)?;
+        writeln!(w)?;
     } else {
-        print_text(&out, args.all_stages);
+        print_text(&mut w, &out, args.all_stages)?;
     }
+    w.flush()?;
     Ok(())
 }
