@@ -6,6 +6,7 @@
 mod cmd_bench;
 mod cmd_chain;
 mod cmd_delim;
+mod cmd_explain;
 mod cmd_generate;
 mod cmd_json;
 mod cmd_models;
@@ -33,6 +34,8 @@ struct Cli {
 enum Cmd {
     /// Print the sampler chain, params and per-stage shift invariance for a set of sampling flags.
     Chain(cmd_chain::ChainArgs),
+    /// Show what every sampler stage did: candidates' logits and p before and after, per step.
+    Explain(cmd_explain::ExplainArgs),
     /// Replay a logit trace through a chain and print the chosen tokens as JSON.
     Replay(cmd_replay::ReplayArgs),
     /// The gauge probe (A1): flip rate between logits shifted by +c and −c, per operator and θ.
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
     let res = match &cli.cmd {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
+        Cmd::Explain(a) => cmd_explain::run(a),
         Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Json(a) => cmd_json::run(a),
         Cmd::Delim(a) => cmd_delim::run(a),

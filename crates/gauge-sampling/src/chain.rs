@@ -72,6 +72,11 @@ impl Chain {
         &self.stages
     }
 
+    /// The stages, mutably: [`crate::explain`] applies them one at a time.
+    pub(crate) fn stages_mut(&mut self) -> &mut [Box<dyn Sampler>] {
+        &mut self.stages
+    }
+
     /// llama.cpp's chain print: `"logits "` then `"-> name "` per stage (note the trailing space).
     pub fn describe(&self) -> String {
         let mut s = String::from("logits ");
