@@ -77,7 +77,14 @@ fn a_small_real_calibration_classifies_every_anchor_and_resumes() {
         .unwrap()
         .unwrap()
         .path();
-    for f in ["config.json", "raw.jsonl", "summary.json", "REPORT.md", "calibrate_rep_rate_vs_dial.svg", "calibrate_rep_rate_vs_dial.png"] {
+    for f in [
+        "config.json",
+        "raw.jsonl",
+        "summary.json",
+        "REPORT.md",
+        "calibrate_rep_rate_vs_dial.svg",
+        "calibrate_rep_rate_vs_dial.png",
+    ] {
         assert!(run_dir.join(f).is_file(), "{f} missing");
     }
     // The same command again decodes nothing new and prints the same summary.
@@ -85,7 +92,10 @@ fn a_small_real_calibration_classifies_every_anchor_and_resumes() {
     let again = gauge(&argv);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(stdout(&again), stdout(&o));
-    assert_eq!(std::fs::read_to_string(run_dir.join("raw.jsonl")).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("raw.jsonl")).unwrap(),
+        before
+    );
 }
 
 #[test]
@@ -103,6 +113,9 @@ fn bad_calibrate_input_names_the_flag_and_the_allowed_range() {
         let o = gauge(&argv);
         assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", stderr(&o));
         let err = stderr(&o);
-        assert!(err.contains(field) && err.contains("allowed"), "{flags:?}: {err}");
+        assert!(
+            err.contains(field) && err.contains("allowed"),
+            "{flags:?}: {err}"
+        );
     }
 }

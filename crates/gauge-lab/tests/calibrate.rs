@@ -2,6 +2,7 @@
 //! replayed against the note's own gpt2 evaluations, the closed form on rows with known
 //! probabilities, bad input, and the resumable, cached search on the deterministic source.
 
+use gauge_engine::LogitSource;
 use gauge_lab::calibrate::bisect::{find_match, MatchResult, Search, Step, Verdict};
 use gauge_lab::calibrate::closed_form::{loop_token, quantile, Population};
 use gauge_lab::calibrate::metrics::{distinct2, longest_run, rep_rate};
@@ -12,7 +13,6 @@ use gauge_lab::calibrate::{
 use gauge_lab::ops::SeenSet;
 use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{LabError, RunControl};
-use gauge_engine::LogitSource;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -75,7 +75,8 @@ fn metric_directions_and_tolerances_are_the_notes() {
 
 /// The note's gpt2 evaluations (results/fix_calibration/summary.json) as a cache.
 fn gpt2_replay() -> Value {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fixcal_gpt2_replay.json");
+    let p =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fixcal_gpt2_replay.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
@@ -97,7 +98,14 @@ fn matching_replays_the_notes_gpt2_bisection_exactly() {
             .iter()
             .map(|(k, v)| {
                 let f: f64 = k.parse().unwrap();
-                (format!("{f:.9}"), v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+                (
+                    format!("{f:.9}"),
+                    v.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap())
+                        .collect(),
+                )
             })
             .collect()
     };
@@ -146,7 +154,12 @@ fn matching_replays_the_notes_gpt2_bisection_exactly() {
 }
 
 /// Replay a search to the end against `f`, returning the result and the values it asked for.
-fn drive(m: Metric, target: f64, search: Search, f: impl Fn(f64) -> f64) -> (MatchResult, Vec<f64>) {
+fn drive(
+    m: Metric,
+    target: f64,
+    search: Search,
+    f: impl Fn(f64) -> f64,
+) -> (MatchResult, Vec<f64>) {
     let mut cache: BTreeMap<u64, f64> = BTreeMap::new();
     let mut asked = Vec::new();
     loop {
@@ -170,9 +183,18 @@ fn bisection_terminates_within_its_budget_and_reports_the_upper_bracket() {
     };
     // A step function no midpoint can hit within tolerance: 0.9 below θ′ = π, 0.1 above; target
     // 0.5. The search must stop after 12 midpoints at the upper bracket, not converged.
-    let (r, asked) = drive(Metric::RepRate, 0.5, s, |v| if v < std::f64::consts::PI { 0.9 } else { 0.1 });
+    let (r, asked) = drive(Metric::RepRate, 0.5, s, |v| {
+        if v < std::f64::consts::PI {
+            0.9
+        } else {
+            0.1
+        }
+    });
     assert_eq!(asked.len(), 2 + 12);
-    assert_eq!((r.verdict, r.converged, r.iters), (Verdict::Matched, false, 12));
+    assert_eq!(
+        (r.verdict, r.converged, r.iters),
+        (Verdict::Matched, false, 12)
+    );
     let [lo, hi] = r.bracket.unwrap();
     assert!(lo < std::f64::consts::PI && std::f64::consts::PI <= hi && hi - lo == 9.0 / 4096.0);
     assert_eq!((r.value, r.achieved), (Some(hi), 0.1));
@@ -186,14 +208,30 @@ fn bisection_terminates_within_its_budget_and_reports_the_upper_bracket() {
     assert_eq!(asked.len(), 2 + r.iters);
     // TRIVIAL needs one evaluation; it is one-sided (θ′ = 1 suppressing MORE is trivial too).
     let (r, asked) = drive(Metric::RepRate, 0.7, s, |_| 0.5);
-    assert_eq!((r.verdict, r.value, asked.len()), (Verdict::Trivial, Some(1.0), 1));
+    assert_eq!(
+        (r.verdict, r.value, asked.len()),
+        (Verdict::Trivial, Some(1.0), 1)
+    );
     // UNREACHABLE: achieved at the ceiling and the shortfall, no θ′.
-    let (r, asked) = drive(Metric::RepRate, 0.2, s, |v| if v == 1.0 { 0.9 } else { 0.35 });
-    assert_eq!((r.verdict, r.value, asked), (Verdict::Unreachable, None, vec![1.0, 10.0]));
+    let (r, asked) = drive(
+        Metric::RepRate,
+        0.2,
+        s,
+        |v| if v == 1.0 { 0.9 } else { 0.35 },
+    );
+    assert_eq!(
+        (r.verdict, r.value, asked),
+        (Verdict::Unreachable, None, vec![1.0, 10.0])
+    );
     assert_eq!(r.achieved, 0.35);
     assert!((r.shortfall.unwrap() - 0.15).abs() < 1e-12);
     // Within tolerance of the ceiling is still reachable (bisected, not UNREACHABLE).
-    let (r, _) = drive(Metric::RepRate, 0.345, s, |v| if v == 1.0 { 0.9 } else { 0.35 });
+    let (r, _) = drive(
+        Metric::RepRate,
+        0.345,
+        s,
+        |v| if v == 1.0 { 0.9 } else { 0.35 },
+    );
     assert_eq!(r.verdict, Verdict::Matched);
     // distinct-2 suppresses upwards.
     let (r, _) = drive(Metric::Distinct2, 0.9, s, |v| 0.1 * v);
@@ -206,7 +244,10 @@ fn bisection_terminates_within_its_budget_and_reports_the_upper_bracket() {
 #[test]
 fn closed_form_reads_known_probabilities() {
     // p = (0.5, 0.25, 0.125, 0.125): ln p_runner / ln p_top = ln 0.25 / ln 0.5 = 2.
-    let row: Vec<f32> = [0.5f64, 0.25, 0.125, 0.125].iter().map(|p| p.ln() as f32 + 3.0).collect();
+    let row: Vec<f32> = [0.5f64, 0.25, 0.125, 0.125]
+        .iter()
+        .map(|p| p.ln() as f32 + 3.0)
+        .collect();
     let mut seen = SeenSet::new(4, None);
     seen.accept(0);
     let t = loop_token(7, &row, &seen, 0);
@@ -257,7 +298,10 @@ fn quantiles_follow_the_notes_rule_with_infinite_mass() {
     assert_eq!(pop.for_target(0.8, 0.9, 1.0).value, Some(1.0));
     assert!(pop.for_target(0.8, 0.1, 1.0).infinite);
     let d = pop.describe(2.5);
-    assert_eq!((d.n, d.n_infinite, d.median, d.frac_above_ceiling), (4, 1, Some(2.0), Some(0.5)));
+    assert_eq!(
+        (d.n, d.n_infinite, d.median, d.frac_above_ceiling),
+        (4, 1, Some(2.0), Some(0.5))
+    );
 }
 
 // ---------------------------------------------------------------- data and input
@@ -272,20 +316,32 @@ fn note_data_is_the_protocols_transcription() {
     let gpt2 = &d.table5.models[0];
     assert_eq!(d.theta_prime(gpt2, 1.02), Some(Some(2.863)));
     assert_eq!(d.theta_prime(gpt2, 1.1), Some(None));
-    let qwen = d.table5.models.iter().find(|m| m.model == "Qwen2.5-7B").unwrap();
+    let qwen = d
+        .table5
+        .models
+        .iter()
+        .find(|m| m.model == "Qwen2.5-7B")
+        .unwrap();
     assert_eq!(d.theta_prime(qwen, 1.1), Some(Some(5.5)));
     assert_eq!(d.raw_rep_rate("pythia-2.8b", 1.1), Some(0.5095));
     assert_eq!(d.ceiling_rep_rate("gpt2"), Some(0.1521));
     assert_eq!(d.closed_form("gpt2").unwrap().median, 1100.0);
     // The note's replay data agrees with the transcribed table (2.86328125 -> 2.863).
     let r = gpt2_replay();
-    assert_eq!(r["migration"]["rep_rate"][0]["theta_fix"].as_f64(), Some(2.86328125));
+    assert_eq!(
+        r["migration"]["rep_rate"][0]["theta_fix"].as_f64(),
+        Some(2.86328125)
+    );
 }
 
 #[test]
 fn bad_input_names_the_field_value_and_range() {
     let field = |c: CalibConfig| match c.validate() {
-        Err(LabError::Config { field, value, allowed }) => {
+        Err(LabError::Config {
+            field,
+            value,
+            allowed,
+        }) => {
             assert!(!allowed.is_empty());
             (field, value)
         }
@@ -293,25 +349,115 @@ fn bad_input_names_the_field_value_and_range() {
     };
     let d = CalibConfig::default;
     d().validate().unwrap();
-    assert_eq!(field(CalibConfig { anchors: vec![1.0, 1.1], ..d() }), ("theta".into(), "1".into()));
-    assert_eq!(field(CalibConfig { anchors: vec![0.9], ..d() }).0, "theta");
-    assert_eq!(field(CalibConfig { anchors: vec![], ..d() }).0, "theta");
-    assert_eq!(field(CalibConfig { anchors: vec![1.1, 1.1], ..d() }).0, "theta");
-    assert_eq!(field(CalibConfig { anchors: vec![f32::NAN], ..d() }).0, "theta");
-    assert_eq!(field(CalibConfig { prompts: 17, ..d() }), ("prompts".into(), "17".into()));
+    assert_eq!(
+        field(CalibConfig {
+            anchors: vec![1.0, 1.1],
+            ..d()
+        }),
+        ("theta".into(), "1".into())
+    );
+    assert_eq!(
+        field(CalibConfig {
+            anchors: vec![0.9],
+            ..d()
+        })
+        .0,
+        "theta"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            anchors: vec![],
+            ..d()
+        })
+        .0,
+        "theta"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            anchors: vec![1.1, 1.1],
+            ..d()
+        })
+        .0,
+        "theta"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            anchors: vec![f32::NAN],
+            ..d()
+        })
+        .0,
+        "theta"
+    );
+    assert_eq!(
+        field(CalibConfig { prompts: 17, ..d() }),
+        ("prompts".into(), "17".into())
+    );
     assert_eq!(field(CalibConfig { prompts: 0, ..d() }).0, "prompts");
     assert_eq!(field(CalibConfig { tokens: 0, ..d() }).0, "tokens");
-    assert_eq!(field(CalibConfig { metrics: vec![Metric::Distinct2], ..d() }).0, "metrics");
     assert_eq!(
-        field(CalibConfig { metrics: vec![Metric::RepRate, Metric::RepRate], ..d() }).0,
+        field(CalibConfig {
+            metrics: vec![Metric::Distinct2],
+            ..d()
+        })
+        .0,
         "metrics"
     );
-    assert_eq!(field(CalibConfig { theta_max: 1.0, ..d() }).0, "theta_max");
-    assert_eq!(field(CalibConfig { theta_max: f64::INFINITY, ..d() }).0, "theta_max");
-    assert_eq!(field(CalibConfig { alpha_max: 0.0, ..d() }).0, "alpha_max");
-    assert_eq!(field(CalibConfig { max_iters: 0, ..d() }).0, "max_iters");
-    assert_eq!(field(CalibConfig { max_sequences: 0, ..d() }).0, "max_sequences");
-    assert_eq!(field(CalibConfig { model: "".into(), ..d() }).0, "model");
+    assert_eq!(
+        field(CalibConfig {
+            metrics: vec![Metric::RepRate, Metric::RepRate],
+            ..d()
+        })
+        .0,
+        "metrics"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            theta_max: 1.0,
+            ..d()
+        })
+        .0,
+        "theta_max"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            theta_max: f64::INFINITY,
+            ..d()
+        })
+        .0,
+        "theta_max"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            alpha_max: 0.0,
+            ..d()
+        })
+        .0,
+        "alpha_max"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            max_iters: 0,
+            ..d()
+        })
+        .0,
+        "max_iters"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            max_sequences: 0,
+            ..d()
+        })
+        .0,
+        "max_sequences"
+    );
+    assert_eq!(
+        field(CalibConfig {
+            model: "".into(),
+            ..d()
+        })
+        .0,
+        "model"
+    );
 }
 
 // ---------------------------------------------------------------- the run
@@ -382,7 +528,10 @@ fn a_run_caches_every_evaluation_once_and_finishes_every_search() {
             Verdict::Matched if m.converged => assert!((m.achieved - m.target).abs() <= 0.01),
             Verdict::Unreachable => {
                 assert!(m.achieved > m.target + 0.01);
-                assert!(a.presence.is_some(), "presence is searched for UNREACHABLE anchors");
+                assert!(
+                    a.presence.is_some(),
+                    "presence is searched for UNREACHABLE anchors"
+                );
                 assert!(a.advice.contains("presence_penalty"), "{}", a.advice);
             }
             _ => {}
@@ -399,7 +548,8 @@ fn a_run_caches_every_evaluation_once_and_finishes_every_search() {
     assert_eq!(s2, s);
     let report = std::fs::read_to_string(dir.join("REPORT.md")).unwrap();
     assert!(report.contains("Beside the note's Table 5") && report.contains("| 1.1 | **"));
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(json["anchors"][0]["matches"][0]["metric"], "rep_rate");
 }
 
@@ -435,7 +585,10 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
     let text = std::fs::read_to_string(&raw).unwrap();
     std::fs::write(&raw, &text[..text.len() - 30]).unwrap();
     let mut src = HashSource::new(HashSourceConfig::default());
-    assert_eq!(run_calibrate(&mut src, &codec, &cfg, &root, &quiet()).unwrap(), whole);
+    assert_eq!(
+        run_calibrate(&mut src, &codec, &cfg, &root, &quiet()).unwrap(),
+        whole
+    );
     assert!(src.steps() > 0);
 }
 

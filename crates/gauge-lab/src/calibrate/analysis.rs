@@ -20,7 +20,10 @@ impl<'a> Cache<'a> {
     pub fn new(lines: &'a [CalibLine]) -> Self {
         let mut evals: BTreeMap<(Dial, usize), Vec<&CalibLine>> = BTreeMap::new();
         for l in lines {
-            evals.entry((l.dial, value_key(l.value))).or_default().push(l);
+            evals
+                .entry((l.dial, value_key(l.value)))
+                .or_default()
+                .push(l);
         }
         for v in evals.values_mut() {
             v.sort_by_key(|l| l.prompt_idx);
@@ -102,7 +105,11 @@ impl SearchState {
             let steps: Vec<Step> = cfg
                 .metrics
                 .iter()
-                .map(|&m| find_match(m, t.get(m), theta_search(cfg), |v| norm(v).map(|x| x.get(m))))
+                .map(|&m| {
+                    find_match(m, t.get(m), theta_search(cfg), |v| {
+                        norm(v).map(|x| x.get(m))
+                    })
+                })
                 .collect();
             let unreachable = cfg.metrics.iter().zip(&steps).any(|(&m, s)| {
                 m == Metric::RepRate
@@ -265,7 +272,10 @@ pub fn analyze(cfg: &CalibConfig, lines: &[CalibLine]) -> Option<CalibSummary> {
         .collect();
 
     // Loop tokens of the unpenalized run.
-    let loops: Vec<LoopToken> = base.iter().flat_map(|l| l.loops.iter().flatten().copied()).collect();
+    let loops: Vec<LoopToken> = base
+        .iter()
+        .flat_map(|l| l.loops.iter().flatten().copied())
+        .collect();
     let n_gen: usize = base.iter().map(|l| l.tokens.len()).sum();
     let loop_frac = loops.len() as f64 / n_gen.max(1) as f64;
     let pop_theta = Population::of(&loops, LoopToken::theta_required);
@@ -284,7 +294,12 @@ pub fn analyze(cfg: &CalibConfig, lines: &[CalibLine]) -> Option<CalibSummary> {
 
     let baseline = cache.metrics(Dial::Ctrl, 1.0)?;
     let mut anchors = Vec::new();
-    for ((a, steps), pres) in cfg.anchor_values().into_iter().zip(&state.theta).zip(&state.presence) {
+    for ((a, steps), pres) in cfg
+        .anchor_values()
+        .into_iter()
+        .zip(&state.theta)
+        .zip(&state.presence)
+    {
         let raw = cache.metrics(Dial::Ctrl, a)?;
         let matches: Vec<MatchResult> = steps.iter().map(done).collect::<Option<_>>()?;
         let presence = match pres {
@@ -292,7 +307,9 @@ pub fn analyze(cfg: &CalibConfig, lines: &[CalibLine]) -> Option<CalibSummary> {
             None => None,
         };
         let primary = &matches[0];
-        let at_matched = primary.value.and_then(|v| cache.metrics(Dial::Normalized, v));
+        let at_matched = primary
+            .value
+            .and_then(|v| cache.metrics(Dial::Normalized, v));
         let closed_form = AnchorClosedForm {
             theta_required: pop_theta.for_target(loop_frac, raw.rep_rate, 1.0),
             theta_required_unseen: pop_unseen.for_target(loop_frac, raw.rep_rate, 1.0),
@@ -346,7 +363,11 @@ fn advice(
         Verdict::Matched => format!(
             "repeat_penalty_mode=normalized, repeat_penalty={:.3}{}",
             primary.value.unwrap_or(f64::NAN),
-            if primary.converged { "" } else { " (bisection budget exhausted: upper bracket)" }
+            if primary.converged {
+                ""
+            } else {
+                " (bisection budget exhausted: upper bracket)"
+            }
         ),
         Verdict::Trivial => {
             "no penalty needed: normalized θ′ = 1 already repeats no more than this θ".to_string()
@@ -363,7 +384,11 @@ fn advice(
                     "{head}: presence_penalty={:.3} (measured: rep_rate {:.4}{})",
                     p.value.unwrap_or(f64::NAN),
                     p.achieved,
-                    if p.converged { "" } else { ", budget exhausted" }
+                    if p.converged {
+                        ""
+                    } else {
+                        ", budget exhausted"
+                    }
                 ),
                 Some(p) if p.verdict == Verdict::Trivial => {
                     format!("{head}: even presence_penalty=0 matches (non-monotone metric)")

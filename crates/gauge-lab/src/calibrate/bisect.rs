@@ -120,7 +120,14 @@ pub fn find_match(
             let mid = 0.5 * (lo + hi);
             let m = need(mid)?;
             if (m - target).abs() <= tol {
-                return Ok(result(Verdict::Matched, Some(mid), m, true, Some([lo, hi]), it));
+                return Ok(result(
+                    Verdict::Matched,
+                    Some(mid),
+                    m,
+                    true,
+                    Some([lo, hi]),
+                    it,
+                ));
             }
             if s * m < s * target {
                 lo = mid;
@@ -130,7 +137,14 @@ pub fn find_match(
             }
         }
         let b = Some([lo, hi]);
-        Ok(result(Verdict::Matched, Some(hi), hi_val, false, b, search.max_iters))
+        Ok(result(
+            Verdict::Matched,
+            Some(hi),
+            hi_val,
+            false,
+            b,
+            search.max_iters,
+        ))
     };
     match run() {
         Ok(r) => Step::Done(r),

@@ -72,7 +72,11 @@ impl CalibConfig {
                 "anchors > 1 (θ = 1 is the unpenalized baseline, always decoded)",
             ));
         }
-        check_count("prompts", self.prompts, super::prompts::fixed_prompts().len())?;
+        check_count(
+            "prompts",
+            self.prompts,
+            super::prompts::fixed_prompts().len(),
+        )?;
         check_count("tokens", self.tokens, MAX_TOKENS)?;
         if self.metrics.is_empty() || !self.metrics.contains(&Metric::RepRate) {
             let list: Vec<&str> = self.metrics.iter().map(|m| m.name()).collect();
@@ -214,10 +218,17 @@ impl ChunkLine for CalibLine {
 /// A line must fit this configuration.
 pub(crate) fn check_line(cfg: &CalibConfig, l: &CalibLine) -> Result<(), String> {
     if l.prompt_idx >= cfg.prompts {
-        return Err(format!("prompt {} outside 0..{}", l.prompt_idx, cfg.prompts));
+        return Err(format!(
+            "prompt {} outside 0..{}",
+            l.prompt_idx, cfg.prompts
+        ));
     }
     if l.tokens.len() != cfg.tokens {
-        return Err(format!("{} tokens, expected {}", l.tokens.len(), cfg.tokens));
+        return Err(format!(
+            "{} tokens, expected {}",
+            l.tokens.len(),
+            cfg.tokens
+        ));
     }
     let (lo, hi) = match l.dial {
         Dial::Ctrl => (1.0, f64::from(f32::MAX)),

@@ -94,9 +94,8 @@ pub fn run_calibrate(
             log.append(unit)?;
         }
     }
-    let summary = analyze(cfg, &log.lines).ok_or_else(|| {
-        LabError::config("tokens", cfg.tokens, "a run whose searches can finish")
-    })?;
+    let summary = analyze(cfg, &log.lines)
+        .ok_or_else(|| LabError::config("tokens", cfg.tokens, "a run whose searches can finish"))?;
     let plots = if ctl.plots {
         vec![(
             "calibrate_rep_rate_vs_dial",
@@ -177,7 +176,11 @@ fn decode_round(
                         as u64,
                     tokens: r.tokens,
                     forward_tokens: r.forward_tokens,
-                    loops: if Some(run) == base_run { loops.take() } else { None },
+                    loops: if Some(run) == base_run {
+                        loops.take()
+                    } else {
+                        None
+                    },
                 });
             }
         }

@@ -59,7 +59,14 @@ pub fn render_calibrate_table(s: &CalibSummary) -> String {
     let _ = writeln!(
         o,
         "{:>7} {:>9} {:>15} {:>9} {:>9} {:>10} {:>10} {:>10}",
-        "θ", "raw rep", "θ′ (rep_rate)", "achieved", "shortfall", "θ′ static", "presence α", "α static"
+        "θ",
+        "raw rep",
+        "θ′ (rep_rate)",
+        "achieved",
+        "shortfall",
+        "θ′ static",
+        "presence α",
+        "α static"
     );
     for a in &s.anchors {
         let m = &a.matches[0];
@@ -95,7 +102,11 @@ pub fn render_calibrate_table(s: &CalibSummary) -> String {
     let _ = writeln!(
         o,
         "control (raw θ = 1 ≡ normalized θ′ = 1 on every prompt): {}",
-        if s.controls.noop_ctrl1_eq_normalized1 { "PASS" } else { "FAIL" }
+        if s.controls.noop_ctrl1_eq_normalized1 {
+            "PASS"
+        } else {
+            "FAIL"
+        }
     );
     let _ = writeln!(
         o,
@@ -135,7 +146,11 @@ fn requirement_row(o: &mut String, name: &str, r: &Requirement) {
 /// `REPORT.md` of a calibration run.
 pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# gauge calibrate — normalized θ′ matching raw θ on `{}`\n", s.model);
+    let _ = writeln!(
+        o,
+        "# gauge calibrate — normalized θ′ matching raw θ on `{}`\n",
+        s.model
+    );
     let _ = writeln!(
         o,
         "FIXCAL (docs/PROTOCOL.md §6): the note's {} fixed prompts × {} greedy tokens, no EOS stop, \
@@ -147,7 +162,8 @@ pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -
          0.01, longest run 0.25.\n",
         s.prompts, s.tokens, cfg.theta_max, cfg.max_iters, cfg.theta_max
     );
-    let _ = writeln!(
+    let _ =
+        writeln!(
         o,
         "**Control** (raw θ = 1 and normalized θ′ = 1 decode the same tokens on every prompt): \
          **{}**{}\n",
@@ -203,7 +219,10 @@ pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -
         }
     }
 
-    let _ = writeln!(o, "\n## When θ′ is unreachable: the subtractive penalties\n");
+    let _ = writeln!(
+        o,
+        "\n## When θ′ is unreachable: the subtractive penalties\n"
+    );
     let _ = writeln!(
         o,
         "A presence penalty subtracts α from every seen logit: shift-invariant like normalized, and \
@@ -214,7 +233,10 @@ pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -
          less. `frequency_penalty` scales with the count and was not measured.\n",
         cfg.theta_max, cfg.alpha_max
     );
-    let _ = writeln!(o, "| raw θ | presence α | achieved rep_rate | target | static α (closed form) |");
+    let _ = writeln!(
+        o,
+        "| raw θ | presence α | achieved rep_rate | target | static α (closed form) |"
+    );
     let _ = writeln!(o, "|--:|--:|--:|--:|--:|");
     for a in &s.anchors {
         let (cellv, ach) = match &a.presence {
@@ -246,12 +268,22 @@ pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -
         l.loop_frac,
         opt(l.p_top_loop_mean, 3)
     );
-    let _ = writeln!(o, "| requirement | n | median | p10 | p90 | share above the ceiling |");
+    let _ = writeln!(
+        o,
+        "| requirement | n | median | p10 | p90 | share above the ceiling |"
+    );
     let _ = writeln!(o, "|---|--:|--:|--:|--:|--:|");
     requirement_row(&mut o, "θ′ vs best other token", &l.theta_required);
     requirement_row(&mut o, "θ′ vs best unseen token", &l.theta_required_unseen);
-    requirement_row(&mut o, "presence α vs best unseen token", &l.presence_required);
-    let _ = writeln!(o, "\n| raw θ | q | static θ′ | static θ′ (unseen) | static α |");
+    requirement_row(
+        &mut o,
+        "presence α vs best unseen token",
+        &l.presence_required,
+    );
+    let _ = writeln!(
+        o,
+        "\n| raw θ | q | static θ′ | static θ′ (unseen) | static α |"
+    );
     let _ = writeln!(o, "|--:|--:|--:|--:|--:|");
     for a in &s.anchors {
         let c = &a.closed_form;
@@ -290,8 +322,7 @@ fn note_table5(o: &mut String, s: &CalibSummary) {
         o,
         "θ′ matching raw greedy rep_rate; ✗ = UNREACHABLE; * = the repository's extra models; \
          ~ = not converged. The note: 16 prompts × 256 tokens, HF transformers, fp32 logits. \
-         Source: data/fixcal.json ({}).\n",
-        d.provenance
+         Source: `data/fixcal.json` (provenance in `data/PROVENANCE.md`).\n"
     );
     let mut anchors: Vec<f64> = d.table5.anchors.clone();
     for a in &s.anchors {
@@ -329,14 +360,22 @@ fn note_table5(o: &mut String, s: &CalibSummary) {
         }
         let _ = writeln!(o, " |");
     }
-    let _ = writeln!(o, "\nRaw rep_rate at θ = 1 and normalized rep_rate at θ′ = {}:\n", s.theta_max);
+    let _ = writeln!(
+        o,
+        "\nRaw rep_rate at θ = 1 and normalized rep_rate at θ′ = {}:\n",
+        s.theta_max
+    );
     let _ = write!(o, "| | **{}**", s.model);
     for m in &d.table5.models {
         let _ = write!(o, " | {}", m.model);
     }
     let _ = writeln!(o, " |");
     let _ = writeln!(o, "|---|--:{}|", "|--:".repeat(d.table5.models.len()));
-    let base = s.raw_grid.iter().find(|p| p.value == 1.0).map(|p| p.metrics.rep_rate);
+    let base = s
+        .raw_grid
+        .iter()
+        .find(|p| p.value == 1.0)
+        .map(|p| p.metrics.rep_rate);
     let ceil = s
         .normalized_curve
         .iter()
@@ -352,9 +391,17 @@ fn note_table5(o: &mut String, s: &CalibSummary) {
         let _ = write!(o, " | {}", opt(d.ceiling_rep_rate(&m.model), 4));
     }
     let _ = writeln!(o, " |");
-    let _ = write!(o, "| median θ′_required | **{}**", opt(s.loops.theta_required.median, 0));
+    let _ = write!(
+        o,
+        "| median θ′_required | **{}**",
+        opt(s.loops.theta_required.median, 0)
+    );
     for m in &d.table5.models {
-        let _ = write!(o, " | {}", opt(d.closed_form(&m.model).map(|c| c.median), 0));
+        let _ = write!(
+            o,
+            " | {}",
+            opt(d.closed_form(&m.model).map(|c| c.median), 0)
+        );
     }
     let _ = writeln!(o, " |");
     let _ = write!(
@@ -363,12 +410,24 @@ fn note_table5(o: &mut String, s: &CalibSummary) {
         opt(s.loops.theta_required.frac_above_ceiling, 3)
     );
     for m in &d.table5.models {
-        let _ = write!(o, " | {}", opt(d.closed_form(&m.model).map(|c| c.frac_gt_10), 3));
+        let _ = write!(
+            o,
+            " | {}",
+            opt(d.closed_form(&m.model).map(|c| c.frac_gt_10), 3)
+        );
     }
     let _ = writeln!(o, " |");
-    let _ = write!(o, "| in-loop p_top mean | **{}**", opt(s.loops.p_top_loop_mean, 3));
+    let _ = write!(
+        o,
+        "| in-loop p_top mean | **{}**",
+        opt(s.loops.p_top_loop_mean, 3)
+    );
     for m in &d.table5.models {
-        let _ = write!(o, " | {}", opt(d.closed_form(&m.model).map(|c| c.p_top_loop_mean), 3));
+        let _ = write!(
+            o,
+            " | {}",
+            opt(d.closed_form(&m.model).map(|c| c.p_top_loop_mean), 3)
+        );
     }
     let _ = writeln!(o, " |");
 }
