@@ -64,7 +64,7 @@ impl LoopToken {
 
     /// Presence α that makes the best unseen token win (`None` = no unseen token has mass).
     pub fn presence_required(&self) -> Option<f64> {
-        (self.ln_p_runner_unseen > LN_ZERO).then(|| self.ln_p_top - self.ln_p_runner_unseen)
+        (self.ln_p_runner_unseen > LN_ZERO).then_some(self.ln_p_top - self.ln_p_runner_unseen)
     }
 }
 
