@@ -4,6 +4,7 @@
 //! used only here, at the edge. Errors print one clear line and exit with code 2.
 
 mod cmd_bench;
+mod cmd_calibrate;
 mod cmd_chain;
 mod cmd_delim;
 mod cmd_explain;
@@ -42,6 +43,8 @@ enum Cmd {
     Probe(cmd_probe::ProbeArgs),
     /// A2: rate of schema-valid JSON per operator and θ on the note's 200 schemas.
     Json(cmd_json::JsonArgs),
+    /// FIXCAL: the normalized θ′ that suppresses loops as much as a raw θ, per anchor (or what to use instead).
+    Calibrate(cmd_calibrate::CalibrateArgs),
     /// HumanEval delimiter flips: where the penalty flips greedy code tokens and the closed-form predictor.
     Delim(cmd_delim::DelimArgs),
     /// List, pull and locate the models gauge knows by name.
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Json(a) => cmd_json::run(a),
         Cmd::Delim(a) => cmd_delim::run(a),
+        Cmd::Calibrate(a) => cmd_calibrate::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),
