@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--prefixes", type=int, default=20)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--keep", default=None, help="keep the engine's results under this root")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     grid = ["--prefixes", str(args.prefixes), "--tokens", str(args.tokens)]
@@ -46,7 +47,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gauge-bench-engine-") as tmp:
         for i in range(args.rounds):
-            out = Path(tmp) / f"round{i}"
+            out = Path(args.keep or tmp) / f"round{i}"
             engine = [sys.executable, "-m", "gauge_sampling", "probe", "--engine", "hf"]
             engine += [*grid, "--threads", str(args.threads), "--out", str(out)]
             order = [("harness", harness), ("engine", engine)]

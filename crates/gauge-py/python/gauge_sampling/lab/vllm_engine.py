@@ -35,7 +35,12 @@ from .hf_engine import RunOut
 
 def _configure_env(device: str, tp: int) -> None:
     """vLLM reads these at import: in-process engine on one CPU, offline."""
-    defaults = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # vLLM logs to stdout by default; stdout is the table or `--json`'s summary.
+    defaults = {
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+    }
     if device == "cpu":
         defaults.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "2"})
     if tp == 1:
