@@ -249,6 +249,7 @@ pub fn run_json(
     ctl: &RunControl,
 ) -> Result<JsonSummary, LabError> {
     cfg.validate()?;
+    cfg.sampler.check_rust_decodable()?;
     let schemas = &a2_schemas()[..cfg.schemas];
     let texts: Vec<String> = schemas.iter().map(json_prompt).collect();
     let style = PromptStyle {

@@ -19,8 +19,8 @@
 use crate::error::LabError;
 use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
 use crate::run::spec::RunSpec;
-use crate::stack::{llama_chain, Stack};
-use gauge_engine::{LogitSource, ReferenceChain, SeqId};
+use crate::stack::{llama_chain, LlamaChain, Stack};
+use gauge_engine::{LogitSource, SeqId};
 use gauge_sampling::TokenId;
 
 /// What an experiment sees of the decode beyond the tokens: every decision with its row and seen
@@ -100,7 +100,7 @@ struct PrefixState {
     groups: Vec<Group>,
     results: Vec<RunResult>,
     /// One llama.cpp chain per run (llama-cpp stack only).
-    chains: Vec<Option<ReferenceChain>>,
+    chains: Vec<Option<LlamaChain>>,
 }
 
 /// Reused buffers: a step allocates nothing unless a group splits.
@@ -265,7 +265,7 @@ fn decide<R>(
     source: &dyn LogitSource,
     specs: &[RunSpec<R>],
     g: &Group,
-    chains: &mut [Option<ReferenceChain>],
+    chains: &mut [Option<LlamaChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
 ) -> Result<(), LabError> {
