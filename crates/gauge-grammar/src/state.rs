@@ -1,7 +1,8 @@
 //! A compiled constraint and where the output is in it: the allowed set for the next token.
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::Matcher;
+use llguidance::{JsonCompileOptions, Matcher};
+use serde_json::Value;
 use toktrie::SimpleVob;
 
 use crate::error::GrammarError;
@@ -49,13 +50,32 @@ fn lark_literal(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
+/// gauge's JSON compile options, unless the schema brings its own (`x-guidance`):
+/// * lenient: a `format` llguidance does not know (JSONSchemaBench uses `url`, `uuid4`, ...) is
+///   left unconstrained, as JSON Schema treats `format` as an annotation by default, instead of
+///   refusing the whole schema (llguidance records a warning);
+/// * whitespace between tokens bounded to 20 characters, as llama.cpp's schema grammars bound it,
+///   so a penalised model cannot fill its budget with blank lines inside a value.
+fn with_options(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(o) = schema.as_object_mut() {
+        if !o.contains_key("x-guidance") {
+            let opts = JsonCompileOptions {
+                lenient: true,
+                whitespace_pattern: Some(r"[ \t\n\r]{0,20}".into()),
+                ..JsonCompileOptions::default()
+            };
+            opts.apply_to(&mut schema);
+        }
+    }
+    schema
+}
+
 fn top_level(spec: &ConstraintSpec) -> Result<TopLevelGrammar, String> {
     Ok(match spec {
-        ConstraintSpec::JsonSchema(schema) => {
-            TopLevelGrammar::from_json_schema(schema.clone())
-        }
+        ConstraintSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_options(schema)),
         ConstraintSpec::AnyJson => {
-            TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            TopLevelGrammar::from_json_schema(with_options(&serde_json::json!({"type": "object"})))
         }
         ConstraintSpec::Lark(text) => {
             // llama.cpp marks llguidance grammars with a first line `%llguidance {}`.

@@ -28,8 +28,27 @@ fn server() -> SocketAddr {
             ctx_size: 4096,
             parallel: 4,
             max_queue: 64,
-            max_tokens: 768,
+            max_tokens: 512,
             max_body_bytes: 1 << 20,
+            ..ServerConfig::default()
+        };
+        RunningServer::start(cfg).expect("server starts")
+    })
+    .addr()
+}
+
+/// A second server for the small tests, so they do not queue behind the 40 A2 requests.
+fn small_server() -> SocketAddr {
+    static S: OnceLock<RunningServer> = OnceLock::new();
+    S.get_or_init(|| {
+        let cfg = ServerConfig {
+            model: common::MODEL.into(),
+            port: 0,
+            threads: 1,
+            ctx_size: 1024,
+            parallel: 2,
+            max_queue: 16,
+            max_tokens: 256,
             ..ServerConfig::default()
         };
         RunningServer::start(cfg).expect("server starts")
@@ -61,7 +80,7 @@ fn forty_a2_schemas_parse_and_validate_at_repeat_penalty_1_3() {
                             "response_format": {"type": "json_schema", "json_schema": {"name": e.id, "schema": e.schema, "strict": true}},
                             "repeat_penalty": 1.3,
                             "temperature": 0,
-                            "max_tokens": 768,
+                            "max_tokens": 512,
                         });
                         let r = post(addr, "/v1/chat/completions", &body);
                         assert_eq!(r.status, 200, "schema {i} ({}): {}", e.id, r.body);
@@ -93,7 +112,7 @@ fn forty_a2_schemas_parse_and_validate_at_repeat_penalty_1_3() {
 
 #[test]
 fn a_schema_the_engine_cannot_compile_is_a_400_naming_the_field() {
-    let addr = server();
+    let addr = small_server();
     // A reference to a definition that does not exist.
     let bad = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}, "required": ["a"]});
     let r = post(
@@ -120,7 +139,7 @@ fn a_schema_the_engine_cannot_compile_is_a_400_naming_the_field() {
 
 #[test]
 fn two_constraints_or_ignore_eos_with_one_are_refused() {
-    let addr = server();
+    let addr = small_server();
     let r = post(
         addr,
         "/completion",
@@ -137,7 +156,7 @@ fn two_constraints_or_ignore_eos_with_one_are_refused() {
 
 #[test]
 fn json_mode_grammar_and_choice_are_honoured_on_every_endpoint() {
-    let addr = server();
+    let addr = small_server();
     // OpenAI JSON mode on chat, with a penalty that breaks unconstrained JSON.
     let r = post(
         addr,
@@ -145,7 +164,7 @@ fn json_mode_grammar_and_choice_are_honoured_on_every_endpoint() {
         &json!({
             "messages": [{"role": "user", "content": "Describe a cat as JSON."}],
             "response_format": {"type": "json_object"},
-            "repeat_penalty": 1.5, "temperature": 0, "max_tokens": 256, "echo_chain": true,
+            "repeat_penalty": 1.3, "temperature": 0, "max_tokens": 256, "echo_chain": true,
         }),
     );
     assert_eq!(r.status, 200, "{}", r.body);
