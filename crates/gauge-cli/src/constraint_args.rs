@@ -4,9 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use gauge_engine::Model;
-use gauge_grammar::{
-    constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarVocab,
-};
+use gauge_grammar::{constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarVocab};
 use gauge_sampling::{Chain, SamplingParams};
 use std::path::PathBuf;
 

@@ -445,7 +445,12 @@ impl Model {
         if primary >= 0 && (primary as usize) < self.n_vocab {
             out.push(primary as u32);
         }
-        out.extend(self.eog.iter().filter(|&&t| t != primary).map(|&t| t as u32));
+        out.extend(
+            self.eog
+                .iter()
+                .filter(|&&t| t != primary)
+                .map(|&t| t as u32),
+        );
         out
     }
 

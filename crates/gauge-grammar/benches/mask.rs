@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use gauge_engine::{Model, ModelOptions, Registry, DEFAULT_MODEL};
-use gauge_grammar::{constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab};
+use gauge_grammar::{
+    constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab,
+};
 use gauge_sampling::samplers::penalties::PenaltyMode;
 use gauge_sampling::{Chain, SamplingParams};
 use serde_json::json;
@@ -70,8 +72,18 @@ fn gguf_vocab() -> GrammarVocab {
         .expect("cache dir")
         .resolve_model(DEFAULT_MODEL)
         .expect("default model");
-    let model = Arc::new(Model::load(path, ModelOptions { n_threads: 1, ..Default::default() }).expect("load"));
-    GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos()).expect("vocab")
+    let model = Arc::new(
+        Model::load(
+            path,
+            ModelOptions {
+                n_threads: 1,
+                ..Default::default()
+            },
+        )
+        .expect("load"),
+    );
+    GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
+        .expect("vocab")
 }
 
 /// The Qwen tokenizer's tokens (byte-level BPE through llguidance's reader), padded to 151,936.
@@ -93,7 +105,10 @@ fn qwen_vocab() -> Option<GrammarVocab> {
 fn trajectory(vocab: &GrammarVocab, rows: &[Vec<f32>]) -> Vec<i32> {
     let p = params(1.0, PenaltyMode::Ctrl);
     let chain = Chain::from_params(&p, vocab.n_vocab(), None).expect("chain");
-    let mut chain = constrain(chain, GrammarStage::compile(&schema(), vocab, &p).expect("compile"));
+    let mut chain = constrain(
+        chain,
+        GrammarStage::compile(&schema(), vocab, &p).expect("compile"),
+    );
     (0..STEPS)
         .map(|i| chain.sample(&rows[i % ROWS]).expect("sample"))
         .collect()
@@ -124,7 +139,12 @@ fn bench_vocab(c: &mut Criterion, label: &str, vocab: &GrammarVocab) {
         ("chain+normalized1.3", 1.3, PenaltyMode::Normalized, false),
         ("grammar+chain", 1.0, PenaltyMode::Ctrl, true),
         ("grammar+chain+ctrl1.3", 1.3, PenaltyMode::Ctrl, true),
-        ("grammar+chain+normalized1.3", 1.3, PenaltyMode::Normalized, true),
+        (
+            "grammar+chain+normalized1.3",
+            1.3,
+            PenaltyMode::Normalized,
+            true,
+        ),
     ];
     for (name, repeat, mode, grammar) in cases {
         let p = params(repeat, mode);

@@ -83,7 +83,13 @@ fn schema_value(field: &str, v: &Value) -> Result<Value, GrammarError> {
         Value::String(s) => serde_json::from_str::<Value>(s)
             .ok()
             .filter(|x| x.is_object() || x.is_boolean())
-            .ok_or_else(|| field_err(field, v, "a JSON Schema (an object, or a string holding one)")),
+            .ok_or_else(|| {
+                field_err(
+                    field,
+                    v,
+                    "a JSON Schema (an object, or a string holding one)",
+                )
+            }),
         _ => Err(field_err(field, v, "a JSON Schema object")),
     }
 }
@@ -125,7 +131,11 @@ fn response_format(v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
                     )
                 })?;
             if let Some(s) = js.get("strict").filter(|s| !s.is_null() && !s.is_boolean()) {
-                return Err(field_err("response_format.json_schema.strict", s, "true or false"));
+                return Err(field_err(
+                    "response_format.json_schema.strict",
+                    s,
+                    "true or false",
+                ));
             }
             let field = "response_format.json_schema.schema";
             let schema = js
@@ -157,13 +167,21 @@ fn one(name: &str, v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
         "response_format" => response_format(v),
         "json_schema" | "guided_json" => req(ConstraintSpec::JsonSchema(schema_value(name, v)?)),
         "grammar" | "guided_grammar" => {
-            let g = text(name, v, "a grammar (Lark, llguidance's dialect) as a string")?;
+            let g = text(
+                name,
+                v,
+                "a grammar (Lark, llguidance's dialect) as a string",
+            )?;
             if g.trim().is_empty() {
                 return Ok(None);
             }
             req(ConstraintSpec::Lark(g))
         }
-        "guided_regex" => req(ConstraintSpec::Regex(text(name, v, "a regular expression string")?)),
+        "guided_regex" => req(ConstraintSpec::Regex(text(
+            name,
+            v,
+            "a regular expression string",
+        )?)),
         "guided_choice" => {
             let allowed = "a non-empty array of strings";
             let a = v
@@ -183,7 +201,9 @@ fn one(name: &str, v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
 impl ConstraintRequest {
     /// The constraint a request body asks for, if any. Null fields are absent; two constraint
     /// fields are an error naming both.
-    pub fn from_request(obj: &Map<String, Value>) -> Result<Option<ConstraintRequest>, GrammarError> {
+    pub fn from_request(
+        obj: &Map<String, Value>,
+    ) -> Result<Option<ConstraintRequest>, GrammarError> {
         let mut found: Option<ConstraintRequest> = None;
         for &name in CONSTRAINT_FIELDS {
             let Some(v) = obj.get(name).filter(|v| !v.is_null()) else {

@@ -73,7 +73,9 @@ fn with_options(schema: &Value) -> Value {
 
 fn top_level(spec: &ConstraintSpec) -> Result<TopLevelGrammar, String> {
     Ok(match spec {
-        ConstraintSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_options(schema)),
+        ConstraintSpec::JsonSchema(schema) => {
+            TopLevelGrammar::from_json_schema(with_options(schema))
+        }
         ConstraintSpec::AnyJson => {
             TopLevelGrammar::from_json_schema(with_options(&serde_json::json!({"type": "object"})))
         }

@@ -7,7 +7,9 @@
 use std::sync::{Arc, OnceLock};
 
 use gauge_engine::{Model, ModelOptions, Registry, DEFAULT_MODEL};
-use gauge_grammar::{constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab};
+use gauge_grammar::{
+    constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab,
+};
 use gauge_sampling::params::{LogitBias, TokenRef};
 use gauge_sampling::samplers::penalties::PenaltyMode;
 use gauge_sampling::{Chain, SamplerType, SamplingError, SamplingParams};
@@ -27,8 +29,9 @@ fn model_and_vocab() -> &'static (Arc<Model>, GrammarVocab) {
             ..Default::default()
         };
         let model = Arc::new(Model::load(path, opts).expect("load default model"));
-        let vocab = GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
-            .expect("grammar vocabulary");
+        let vocab =
+            GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
+                .expect("grammar vocabulary");
         (model, vocab)
     })
 }
@@ -75,43 +78,84 @@ fn params() -> impl Strategy<Value = SamplingParams> {
     ])
     .prop_shuffle();
     (
-        (prop_oneof![Just(0.0f32), 0.05f32..3.0], 0i32..60, 0.1f32..=1.0, 0.0f32..0.5, 0.2f32..=1.0),
-        (0.0f32..=1.0, 0.0f32..0.6, prop_oneof![Just(-1.0f32), 0.0f32..3.0], 0.0f32..2.0),
-        (1.0f32..2.5, prop_oneof![Just(-1i32), 0i32..80], -1.0f32..2.0, -1.0f32..2.0, any::<bool>()),
-        (prop_oneof![Just(0.0f32), 0.1f32..2.0], 0i32..3, any::<u32>(), order, any::<bool>()),
-        proptest::collection::vec((0i32..49152, prop_oneof![Just(100.0f32), -5.0f32..5.0]), 0..6),
+        (
+            prop_oneof![Just(0.0f32), 0.05f32..3.0],
+            0i32..60,
+            0.1f32..=1.0,
+            0.0f32..0.5,
+            0.2f32..=1.0,
+        ),
+        (
+            0.0f32..=1.0,
+            0.0f32..0.6,
+            prop_oneof![Just(-1.0f32), 0.0f32..3.0],
+            0.0f32..2.0,
+        ),
+        (
+            1.0f32..2.5,
+            prop_oneof![Just(-1i32), 0i32..80],
+            -1.0f32..2.0,
+            -1.0f32..2.0,
+            any::<bool>(),
+        ),
+        (
+            prop_oneof![Just(0.0f32), 0.1f32..2.0],
+            0i32..3,
+            any::<u32>(),
+            order,
+            any::<bool>(),
+        ),
+        proptest::collection::vec(
+            (0i32..49152, prop_oneof![Just(100.0f32), -5.0f32..5.0]),
+            0..6,
+        ),
     )
-        .prop_map(|((t, k, p, minp, typ), (xp, xt, sigma, dyn_r), (rep, last_n, freq, pres, norm), (dry, miro, seed, order, adaptive), bias)| {
-            let mut samplers = order;
-            if adaptive {
-                samplers.push(SamplerType::AdaptiveP);
-            }
-            SamplingParams {
-                temperature: t,
-                dynatemp_range: dyn_r,
-                top_k: k,
-                top_p: p,
-                min_p: minp,
-                typical_p: typ,
-                xtc_probability: xp,
-                xtc_threshold: xt,
-                top_n_sigma: sigma,
-                repeat_penalty: rep,
-                repeat_last_n: last_n,
-                frequency_penalty: freq,
-                presence_penalty: pres,
-                repeat_penalty_mode: if norm { PenaltyMode::Normalized } else { PenaltyMode::Ctrl },
-                dry_multiplier: dry,
-                mirostat: miro,
-                seed,
-                samplers,
-                logit_bias: bias
-                    .into_iter()
-                    .map(|(id, b)| LogitBias { token: TokenRef::Id(id), bias: b })
-                    .collect(),
-                ..SamplingParams::default()
-            }
-        })
+        .prop_map(
+            |(
+                (t, k, p, minp, typ),
+                (xp, xt, sigma, dyn_r),
+                (rep, last_n, freq, pres, norm),
+                (dry, miro, seed, order, adaptive),
+                bias,
+            )| {
+                let mut samplers = order;
+                if adaptive {
+                    samplers.push(SamplerType::AdaptiveP);
+                }
+                SamplingParams {
+                    temperature: t,
+                    dynatemp_range: dyn_r,
+                    top_k: k,
+                    top_p: p,
+                    min_p: minp,
+                    typical_p: typ,
+                    xtc_probability: xp,
+                    xtc_threshold: xt,
+                    top_n_sigma: sigma,
+                    repeat_penalty: rep,
+                    repeat_last_n: last_n,
+                    frequency_penalty: freq,
+                    presence_penalty: pres,
+                    repeat_penalty_mode: if norm {
+                        PenaltyMode::Normalized
+                    } else {
+                        PenaltyMode::Ctrl
+                    },
+                    dry_multiplier: dry,
+                    mirostat: miro,
+                    seed,
+                    samplers,
+                    logit_bias: bias
+                        .into_iter()
+                        .map(|(id, b)| LogitBias {
+                            token: TokenRef::Id(id),
+                            bias: b,
+                        })
+                        .collect(),
+                    ..SamplingParams::default()
+                }
+            },
+        )
 }
 
 /// A deterministic random row: noise in [-8, 8] with spikes of +25 on random tokens (most of
@@ -125,7 +169,9 @@ fn row(n: usize, seed: u64, step: usize, eos: u32) -> Vec<f32> {
         s ^= s << 17;
         s
     };
-    let mut r: Vec<f32> = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 16.0 - 8.0).collect();
+    let mut r: Vec<f32> = (0..n)
+        .map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 16.0 - 8.0)
+        .collect();
     for _ in 0..32 {
         let i = (next() % n as u64) as usize;
         r[i] = 25.0;
@@ -189,7 +235,9 @@ fn without_the_stage_the_rows_pick_forbidden_tokens() {
     for (i, req) in constraints().iter().enumerate() {
         let mut chain = Chain::from_params(&SamplingParams::default(), n, Some(&**model)).unwrap();
         let mut check = GrammarState::compile(req, vocab).unwrap();
-        let tok = chain.sample(&row(n, i as u64 + 1, 1, vocab.eos()[0])).unwrap();
+        let tok = chain
+            .sample(&row(n, i as u64 + 1, 1, vocab.eos()[0]))
+            .unwrap();
         if !check.is_allowed(tok as u32) {
             forbidden += 1;
         }

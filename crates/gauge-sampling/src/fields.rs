@@ -365,7 +365,8 @@ pub const REFUSED: &[Refused] = &[
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "vLLM's newer form is not read: send `guided_json`, `guided_regex`, `guided_choice`, \
+        instead:
+            "vLLM's newer form is not read: send `guided_json`, `guided_regex`, `guided_choice`, \
                   `guided_grammar` or `response_format` to a face with a constraint stage \
                   (`gauge serve`)",
     },

@@ -270,10 +270,11 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
     let value = read_json(&st, body).await?;
     let guard = InFlight::acquire(&st)?;
     let st2 = Arc::clone(&st);
-    let prep: Prepared =
-        tokio::task::spawn_blocking(move || prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars))
-            .await
-            .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
+    let prep: Prepared = tokio::task::spawn_blocking(move || {
+        prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
 
     let n = st.next_id.fetch_add(1, Ordering::Relaxed);
     let prefix = match ep {

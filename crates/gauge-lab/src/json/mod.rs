@@ -30,10 +30,10 @@ use crate::stack::Stack;
 use crate::stats::f32_to_decimal_f64;
 use gauge_engine::LogitSource;
 use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarState, GrammarVocab};
-use shape::{Shape, ShapeRates};
 use gauge_sampling::TokenId;
 use schema::{a2_schemas, first_json, json_prompt, Extracted, SchemaCheck};
 use serde::{Deserialize, Serialize};
+use shape::{Shape, ShapeRates};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -321,8 +321,7 @@ fn run_json_inner(
             return Err(LabError::Config {
                 field: "constrained".into(),
                 value: "true".into(),
-                allowed: "a run given the model's grammar vocabulary (run_json_constrained)"
-                    .into(),
+                allowed: "a run given the model's grammar vocabulary (run_json_constrained)".into(),
             })
         }
         (true, Some(v)) => Some(v),
@@ -518,7 +517,10 @@ pub fn score_whole(output: &str, checker: &SchemaCheck) -> (bool, String, Option
 }
 
 /// Format validity and content shape of the lines of one condition.
-fn content_measures(ls: &[&JsonLine], checks: &mut std::collections::HashMap<usize, SchemaCheck>) -> (usize, ShapeRates) {
+fn content_measures(
+    ls: &[&JsonLine],
+    checks: &mut std::collections::HashMap<usize, SchemaCheck>,
+) -> (usize, ShapeRates) {
     let schemas = a2_schemas();
     let mut valid_formats = 0;
     let mut total = Shape::default();
@@ -671,7 +673,17 @@ pub fn render_content_table(s: &JsonSummary) -> String {
     let _ = writeln!(
         o,
         "{:<12} {:>5}  {:>7} {:>5} {:>7}  {:>7} {:>7} {:>7}  {:>7} {:>7}  {:>4}",
-        "op", "θ", "valid+f", "eog", "tokens", "req_ph", "str_ph", "str_len", "arr_0", "arr_len", "gerr"
+        "op",
+        "θ",
+        "valid+f",
+        "eog",
+        "tokens",
+        "req_ph",
+        "str_ph",
+        "str_len",
+        "arr_0",
+        "arr_len",
+        "gerr"
     );
     for c in &s.conditions {
         let _ = writeln!(

@@ -30,9 +30,31 @@ pub struct Shape {
 
 /// Words models put where they have nothing to say (compared trimmed, lowercase).
 const PLACEHOLDERS: &[&str] = &[
-    "", "string", "str", "text", "value", "example", "sample", "test", "placeholder", "xxx",
-    "...", "…", "n/a", "na", "none", "null", "tbd", "todo", "lorem ipsum", "foo", "bar", "abc",
-    "<string>", "your text here", "unknown",
+    "",
+    "string",
+    "str",
+    "text",
+    "value",
+    "example",
+    "sample",
+    "test",
+    "placeholder",
+    "xxx",
+    "...",
+    "…",
+    "n/a",
+    "na",
+    "none",
+    "null",
+    "tbd",
+    "todo",
+    "lorem ipsum",
+    "foo",
+    "bar",
+    "abc",
+    "<string>",
+    "your text here",
+    "unknown",
 ];
 
 fn is_placeholder_str(s: &str, key: Option<&str>) -> bool {
@@ -164,7 +186,10 @@ mod tests {
         let v = json!({"name": "string", "tags": [], "info": {"city": "Paris"}, "note": ""});
         let s = Shape::of(&v, &schema);
         assert_eq!((s.required, s.required_placeholder), (4, 2));
-        assert_eq!((s.strings, s.strings_placeholder, s.string_chars), (3, 2, 11));
+        assert_eq!(
+            (s.strings, s.strings_placeholder, s.string_chars),
+            (3, 2, 11)
+        );
         assert_eq!((s.arrays, s.arrays_empty, s.array_items), (1, 1, 0));
         let good = json!({"name": "Ada", "tags": ["x", "y"], "info": {"city": "Paris"}});
         let g = Shape::of(&good, &schema);

@@ -296,7 +296,13 @@ fn decide<R>(
         grammar.mask_row(row, &mut sc.masked);
         for &r in &g.runs {
             let spec = &specs[r];
-            apply_row(&sc.masked, spec.c, &spec.penalty(), g.seen.members(), &mut sc.row);
+            apply_row(
+                &sc.masked,
+                spec.c,
+                &spec.penalty(),
+                g.seen.members(),
+                &mut sc.row,
+            );
             sc.picks.push(argmax_first(&sc.row).unwrap_or(0) as TokenId);
         }
         return Ok(());
