@@ -176,7 +176,7 @@ fn row(n: usize, seed: u64, step: usize, eos: u32) -> Vec<f32> {
         let i = (next() % n as u64) as usize;
         r[i] = 25.0;
     }
-    if step % 2 == 0 && step >= 16 {
+    if step.is_multiple_of(2) && step >= 16 {
         r[eos as usize] = 30.0;
     }
     r
