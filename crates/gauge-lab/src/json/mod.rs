@@ -269,15 +269,13 @@ impl Observer for StopStrings<'_> {
         if self.codec.is_eog(t) {
             return true;
         }
-        if !self.strings {
-            return false;
-        }
         let buf = &mut self.texts[job][run];
         let from = buf.len().saturating_sub(2);
         buf.extend_from_slice(&self.codec.piece(t));
-        STOP_STRINGS
-            .iter()
-            .any(|s| contains(&buf[from..], s.as_bytes()))
+        self.strings
+            && STOP_STRINGS
+                .iter()
+                .any(|s| contains(&buf[from..], s.as_bytes()))
     }
 }
 
