@@ -2,7 +2,8 @@
 # Run on a machine with a CUDA GPU, as it is: installs the CUDA wheels (vLLM's CUDA build with the
 # torch it pins, transformers) into .venv-gpu/, builds the gauge-sampling wheel from this checkout,
 # runs the HF and vLLM tests with every tensor on `cuda` (the v1 runner, then Model Runner V2),
-# and prints what passed. Needs: a CUDA driver (nvidia-smi), python3 with venv, a Rust toolchain,
+# then `python -m gauge_sampling probe` on the quick grid with both engines on cuda, and prints what
+# passed. Needs: a CUDA driver (nvidia-smi), python3 with venv, a Rust toolchain,
 # and the default model (pulled by the gauge CLI on first use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,5 +37,18 @@ run() {
 }
 run v1-runner VLLM_USE_V2_MODEL_RUNNER=0
 run model-runner-v2 VLLM_USE_V2_MODEL_RUNNER=1
+# The instrument on both engines: the quick grid on cuda (bfloat16, the default there), into one
+# results root, so the second report carries the cross-stack table. The probe's vLLM processor
+# implements the v1 interface only (docs/python.md): v1 runner.
+rm -rf target/gpu-check-results
+for engine in hf vllm; do
+  echo "== probe --engine $engine --device cuda (quick grid)"
+  if env VLLM_USE_V2_MODEL_RUNNER=0 "$VENV/bin/python" -m gauge_sampling probe --engine "$engine" --device cuda \
+      --out target/gpu-check-results > "target/gpu-check-probe-$engine.txt" 2> "target/gpu-check-probe-$engine.log"; then
+    cat "target/gpu-check-probe-$engine.txt"
+  else
+    echo "FAILED: probe --engine $engine (log: target/gpu-check-probe-$engine.log)"; tail -5 "target/gpu-check-probe-$engine.log"; status=1
+  fi
+done
 if [ $status -eq 0 ]; then echo "gpu-check: everything passed on cuda"; else echo "gpu-check: failures above (logs: target/gpu-check-*.log)"; fi
 exit $status

@@ -212,7 +212,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
 }
 
 /// The label reports use for a model: the registry name, or a file's stem.
-fn model_label(model: &str) -> String {
+pub fn model_label(model: &str) -> String {
     let p = std::path::Path::new(model);
     if p.extension().is_some_and(|e| e == "gguf") {
         p.file_stem()

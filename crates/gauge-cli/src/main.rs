@@ -4,8 +4,10 @@
 //! used only here, at the edge. Errors print one clear line and exit with code 2.
 
 mod cmd_bench;
+mod cmd_calibrate;
 mod cmd_chain;
 mod cmd_delim;
+mod cmd_explain;
 mod cmd_generate;
 mod cmd_json;
 mod cmd_models;
@@ -34,12 +36,16 @@ struct Cli {
 enum Cmd {
     /// Print the sampler chain, params and per-stage shift invariance for a set of sampling flags.
     Chain(cmd_chain::ChainArgs),
+    /// Show what every sampler stage did: candidates' logits and p before and after, per step.
+    Explain(cmd_explain::ExplainArgs),
     /// Replay a logit trace through a chain and print the chosen tokens as JSON.
     Replay(cmd_replay::ReplayArgs),
     /// The gauge probe (A1): flip rate between logits shifted by +c and −c, per operator and θ.
     Probe(cmd_probe::ProbeArgs),
     /// A2: rate of schema-valid JSON per operator and θ on the note's 200 schemas.
     Json(cmd_json::JsonArgs),
+    /// FIXCAL: the normalized θ′ that suppresses loops as much as a raw θ, per anchor (or what to use instead).
+    Calibrate(cmd_calibrate::CalibrateArgs),
     /// HumanEval delimiter flips: where the penalty flips greedy code tokens and the closed-form predictor.
     Delim(cmd_delim::DelimArgs),
     /// List, pull and locate the models gauge knows by name.
@@ -87,9 +93,11 @@ fn main() -> ExitCode {
     let res = match &cli.cmd {
         Cmd::Chain(a) => cmd_chain::run(a),
         Cmd::Replay(a) => cmd_replay::run(a),
+        Cmd::Explain(a) => cmd_explain::run(a),
         Cmd::Probe(a) => cmd_probe::run(a),
         Cmd::Json(a) => cmd_json::run(a),
         Cmd::Delim(a) => cmd_delim::run(a),
+        Cmd::Calibrate(a) => cmd_calibrate::run(a),
         Cmd::Models(a) => cmd_models::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),

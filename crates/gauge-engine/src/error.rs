@@ -56,6 +56,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    #[cfg(feature = "llama")]
     pub(crate) fn option(
         field: &'static str,
         value: impl std::fmt::Display,

@@ -128,6 +128,19 @@ impl Generator {
         chain: &mut Chain,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
+        self.generate_with(req, chain, &mut |c, row| c.sample(row), on_text)
+    }
+
+    /// [`Generator::generate`] with the sampling step in the caller's hands: `sample` gets the
+    /// chain and each step's logit row, and must return the token and accept it into the chain
+    /// (as `Chain::sample` does). `gauge explain` records every stage this way.
+    pub fn generate_with(
+        &mut self,
+        req: &GenerateRequest,
+        chain: &mut Chain,
+        sample: &mut dyn FnMut(&mut Chain, &[f32]) -> gauge_sampling::Result<TokenId>,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
         let model = Arc::clone(self.source.model());
         if chain.n_vocab() != model.n_vocab() {
             return Err(gauge_sampling::SamplingError::RowLength {
@@ -172,7 +185,7 @@ impl Generator {
                 break StopReason::MaxTokens;
             }
             let ts = Instant::now();
-            let tok = chain.sample(self.source.logits(seq)?)?;
+            let tok = sample(chain, self.source.logits(seq)?)?;
             timings.sample_ms += ts.elapsed().as_secs_f64() * 1e3;
             if !req.ignore_eos && model.is_eog(tok) {
                 break StopReason::Eog { token: tok };

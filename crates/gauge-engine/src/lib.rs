@@ -57,13 +57,20 @@
 //!   (untested here: the project's machines are CPU-only); set `ModelOptions::n_gpu_layers` to
 //!   offload. A CPU build refuses `n_gpu_layers > 0` ([`GPU_BACKEND`] is `None`).
 
+#[cfg(feature = "llama")]
 pub mod batch;
+#[cfg(feature = "llama")]
 pub mod bench;
 pub mod error;
+#[cfg(feature = "llama")]
 pub mod generate;
+#[cfg(feature = "llama")]
 pub mod llama_sampler;
+#[cfg(feature = "llama")]
 pub mod llama_source;
+#[cfg(feature = "llama")]
 pub mod model;
+#[cfg(feature = "llama")]
 pub mod reference;
 pub mod registry;
 pub mod source;
@@ -80,9 +87,13 @@ pub const GPU_BACKEND: Option<&str> = if cfg!(feature = "cuda") {
 } else {
     None
 };
+#[cfg(feature = "llama")]
 pub use generate::{generate, GenerateRequest, Generation, Generator, StopReason, Timings};
+#[cfg(feature = "llama")]
 pub use llama_source::LlamaSource;
+#[cfg(feature = "llama")]
 pub use model::{Model, ModelInfo, ModelOptions, Utf8Stream};
+#[cfg(feature = "llama")]
 pub use reference::{ReferenceChain, ValidRow};
 pub use registry::{
     resolve_data, resolve_model, Registry, RegistryEntry, RegistryError, DEFAULT_MODEL,

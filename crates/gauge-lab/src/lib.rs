@@ -31,6 +31,7 @@
 
 #![warn(missing_debug_implementations)]
 
+pub mod calibrate;
 pub mod delim;
 pub mod error;
 pub mod json;

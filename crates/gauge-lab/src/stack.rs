@@ -32,8 +32,29 @@
 use crate::error::LabError;
 use crate::ops::Op;
 use crate::run::RunSpec;
-use gauge_engine::ReferenceChain;
 use serde::{Deserialize, Serialize};
+
+/// The llama.cpp chain of one run (llama-cpp stack).
+#[cfg(feature = "llama")]
+pub(crate) type LlamaChain = gauge_engine::ReferenceChain;
+
+/// Without llama.cpp there is no chain: [`llama_chain`] refuses the stack, so no value exists.
+#[cfg(not(feature = "llama"))]
+#[derive(Debug)]
+pub(crate) enum LlamaChain {}
+
+#[cfg(not(feature = "llama"))]
+impl LlamaChain {
+    pub fn accept_prompt(&mut self, _prompt: &[gauge_sampling::TokenId]) {
+        match *self {}
+    }
+    pub fn accept(&mut self, _token: gauge_sampling::TokenId) {
+        match *self {}
+    }
+    pub fn sample_no_accept(&mut self, _row: &[f32]) -> Result<gauge_sampling::TokenId, LabError> {
+        match *self {}
+    }
+}
 
 /// The sampler stack of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,6 +65,11 @@ pub enum Stack {
     Gauge,
     /// llama.cpp's `logit-bias → penalties → greedy` chain through the bindings.
     LlamaCpp,
+    /// HF transformers' own processors (`RepetitionPenaltyLogitsProcessor` for ctrl), decoded in
+    /// Python (`python -m gauge_sampling probe --engine hf`).
+    Hf,
+    /// vLLM's own `repetition_penalty` / `presence_penalty`, decoded in Python (`--engine vllm`).
+    Vllm,
 }
 
 impl Stack {
@@ -52,16 +78,45 @@ impl Stack {
         match self {
             Stack::Gauge => "gauge",
             Stack::LlamaCpp => "llama-cpp",
+            Stack::Hf => "hf",
+            Stack::Vllm => "vllm",
         }
     }
 
-    /// Parse a command-line name.
+    /// Parse a name of a stack the Rust decode runs (`gauge probe --sampler`): gauge, llama-cpp.
     pub fn parse(s: &str) -> Option<Stack> {
         match s.trim() {
             "gauge" => Some(Stack::Gauge),
             "llama-cpp" | "llama.cpp" | "llamacpp" => Some(Stack::LlamaCpp),
             _ => None,
         }
+    }
+
+    /// Parse any stack name, including the Python engines (hf, vllm).
+    pub fn parse_any(s: &str) -> Option<Stack> {
+        match s.trim() {
+            "hf" | "transformers" => Some(Stack::Hf),
+            "vllm" => Some(Stack::Vllm),
+            other => Stack::parse(other),
+        }
+    }
+
+    /// Is the stack decoded by the Python package (its logits from torch), not by [`crate::run`]?
+    pub fn is_python(self) -> bool {
+        matches!(self, Stack::Hf | Stack::Vllm)
+    }
+
+    /// Refuse a Python stack where the Rust decode would run (it would silently decide with
+    /// gauge's operators instead).
+    pub(crate) fn check_rust_decodable(self) -> Result<(), LabError> {
+        if self.is_python() {
+            return Err(LabError::config(
+                "sampler",
+                self,
+                "gauge or llama-cpp (hf and vllm runs are decoded by `python -m gauge_sampling`)",
+            ));
+        }
+        Ok(())
     }
 
     /// `true` for the default stack; configurations leave the field out then, so the run ids of
@@ -74,7 +129,9 @@ impl Stack {
     /// operator.)
     pub fn decides(self, op: Op) -> bool {
         match self {
-            Stack::Gauge => true,
+            // HF and vLLM decide every op: their own penalties for ctrl and subtractive, gauge's
+            // processor for their stack (`gauge_sampling.hf` / `.vllm`) for normalized.
+            Stack::Gauge | Stack::Hf | Stack::Vllm => true,
             Stack::LlamaCpp => matches!(op, Op::Ctrl | Op::Subtractive),
         }
     }
@@ -96,6 +153,51 @@ impl Stack {
     }
 }
 
+/// Where a Python stack ran. Part of the configuration (and so of the run id): another device,
+/// dtype or package version can move near-ties, so it starts a new run directory instead of
+/// resuming one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineInfo {
+    /// `cpu`, `cuda`, ...
+    pub device: String,
+    /// The model's dtype (`float32`, `bfloat16`, `float16`).
+    pub dtype: String,
+    /// Package → version (python, torch, transformers, vllm, gauge_sampling).
+    pub versions: std::collections::BTreeMap<String, String>,
+    /// Engine options that can change the numbers (vLLM's `tensor_parallel_size`), as text.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+impl EngineInfo {
+    /// `cpu, float32` (+ options): the short form for tables.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{}, {}", self.device, self.dtype);
+        for (k, v) in &self.options {
+            s.push_str(&format!(", {k}={v}"));
+        }
+        s
+    }
+}
+
+/// A Python stack needs its [`EngineInfo`]; the Rust stacks have none.
+pub(crate) fn check_engine(stack: Stack, engine: Option<&EngineInfo>) -> Result<(), LabError> {
+    match (stack.is_python(), engine) {
+        (true, None) => Err(LabError::config(
+            "engine",
+            "null",
+            "the device, dtype and versions of the hf / vllm run",
+        )),
+        (false, Some(e)) => Err(LabError::config(
+            "engine",
+            e.describe(),
+            "null for the gauge and llama-cpp stacks",
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl std::fmt::Display for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -105,11 +207,26 @@ impl std::fmt::Display for Stack {
 /// The llama.cpp driver chain of one run, before any token is accepted (`None` for an op
 /// llama.cpp does not have: gauge's operator decides that run). `last_n` is the penalty window
 /// (the context length for "no window").
+#[cfg(not(feature = "llama"))]
+pub(crate) fn llama_chain<R>(
+    _spec: &RunSpec<R>,
+    _n_vocab: usize,
+    _last_n: usize,
+) -> Result<Option<LlamaChain>, LabError> {
+    Err(LabError::config(
+        "sampler",
+        Stack::LlamaCpp,
+        "gauge (this build of gauge-lab has no llama.cpp: feature `llama`)",
+    ))
+}
+
+/// The llama.cpp driver chain of one run (see above).
+#[cfg(feature = "llama")]
 pub(crate) fn llama_chain<R>(
     spec: &RunSpec<R>,
     n_vocab: usize,
     last_n: usize,
-) -> Result<Option<ReferenceChain>, LabError> {
+) -> Result<Option<LlamaChain>, LabError> {
     let off = spec.theta == 1.0;
     let (repeat, present) = match spec.op {
         Op::Ctrl => (spec.theta, 0.0),
@@ -117,7 +234,7 @@ pub(crate) fn llama_chain<R>(
         _ => return Ok(None),
     };
     let last_n = i32::try_from(last_n).unwrap_or(i32::MAX);
-    Ok(Some(ReferenceChain::shifted_penalties_greedy(
+    Ok(Some(LlamaChain::shifted_penalties_greedy(
         n_vocab, spec.c, last_n, repeat, 0.0, present,
     )?))
 }
@@ -137,6 +254,19 @@ mod tests {
         assert_eq!(Stack::parse("vllm"), None);
     }
 
+    #[test]
+    fn python_stacks_parse_only_where_asked_and_decide_every_op() {
+        assert_eq!(Stack::parse("hf"), None, "the CLI's --sampler takes no hf");
+        assert_eq!(Stack::parse_any("hf"), Some(Stack::Hf));
+        assert_eq!(Stack::parse_any("vllm"), Some(Stack::Vllm));
+        assert_eq!(Stack::parse_any("llama-cpp"), Some(Stack::LlamaCpp));
+        assert!(Op::ALL.iter().all(|&o| Stack::Vllm.decides(o)));
+        assert!(Stack::Hf.footnote(&Op::ALL).is_none());
+        assert!(Stack::Hf.check_rust_decodable().is_err());
+        assert!(Stack::LlamaCpp.check_rust_decodable().is_ok());
+    }
+
+    #[cfg(feature = "llama")]
     #[test]
     fn normalized_stays_on_gauges_operator_under_llama_cpp() {
         let spec = |op| RunSpec {

@@ -3,6 +3,7 @@
 //! in `python/gauge_sampling`.
 
 mod chain;
+mod lab;
 mod params;
 mod row;
 mod vocab;
@@ -50,5 +51,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(parse_params_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    lab::register(m)?;
     Ok(())
 }

@@ -72,6 +72,11 @@ impl Chain {
         &self.stages
     }
 
+    /// The stages, mutably: [`crate::explain`] applies them one at a time.
+    pub(crate) fn stages_mut(&mut self) -> &mut [Box<dyn Sampler>] {
+        &mut self.stages
+    }
+
     /// llama.cpp's chain print: `"logits "` then `"-> name "` per stage (note the trailing space).
     pub fn describe(&self) -> String {
         let mut s = String::from("logits ");
@@ -186,8 +191,10 @@ impl Chain {
         };
         match from_row {
             FromRow::Done => i += 1,
-            FromRow::Invalid => return self.validate_row(logits),
-            FromRow::Declined => {
+            // Invalid: the row check below reports the exact entry. Should a stage ever call a
+            // valid row invalid, the chain falls back to the fill path rather than return the
+            // previous step's selection.
+            FromRow::Invalid | FromRow::Declined => {
                 self.validate_row(logits)?;
                 self.overlay.materialize(logits, cur);
             }

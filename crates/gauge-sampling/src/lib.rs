@@ -18,6 +18,7 @@
 //! * [`presets::Preset`]: task presets (`json`, `code`, `chat`, `creative`, `llama-cpp-default`).
 //! * [`order::SamplerType`]: `--samplers` names and `--sampler-seq` letters.
 //! * [`Vocab`]: what the chain needs from a tokenizer (string biases, DRY breakers); optional.
+//! * [`explain`]: one step stage by stage (each candidate's logit and p before and after).
 //! * [`trace`]: replay recorded logit rows (inline or `.npy`) through a chain, offline.
 //! * [`SamplingError`]: every failure is typed; bad input never panics.
 //!
@@ -61,6 +62,7 @@
 pub mod candidates;
 pub mod chain;
 pub mod error;
+pub mod explain;
 pub mod fields;
 pub mod gauge;
 mod kernels;

@@ -65,6 +65,10 @@ pub trait Sampler: CloneSampler + Send + std::fmt::Debug {
     fn apply_from_row(&mut self, _row: &[f32], _ov: &Overlay, _cur: &mut Candidates) -> FromRow {
         FromRow::Declined
     }
+    /// Feedback state worth showing when a step is explained (mirostat's `mu`); none by default.
+    fn explain_state(&self) -> Vec<(&'static str, f32)> {
+        Vec::new()
+    }
     /// Forget all history and reseed generators.
     fn reset(&mut self) {}
     /// Whether this stage, as configured, is shift-invariant.

@@ -61,7 +61,7 @@ pub(crate) struct AppState {
 pub(crate) struct InFlight(Arc<AppState>);
 
 impl InFlight {
-    fn acquire(st: &Arc<AppState>) -> Result<InFlight, ApiError> {
+    pub(crate) fn acquire(st: &Arc<AppState>) -> Result<InFlight, ApiError> {
         let max = st.cfg.max_in_flight();
         let prev = st.in_flight.fetch_add(1, Ordering::AcqRel);
         if prev >= max {
@@ -95,6 +95,9 @@ pub(crate) fn router(st: Arc<AppState>) -> Router {
         .route("/apply-template", post(llama::apply_template))
         .route("/props", get(llama::props))
         .route("/metrics", get(crate::metrics::metrics))
+        .route("/explain", post(crate::explain::explain))
+        .route("/", get(crate::playground::page))
+        .route("/playground/{asset}", get(crate::playground::asset))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         // Outermost last: CORS (preflights answered before the key), then the drain, then the key.
@@ -193,7 +196,7 @@ pub(crate) async fn read_json(st: &AppState, body: Body) -> Result<Value, ApiErr
 
 /// The body, refused with 413 as soon as it passes `limit` bytes, and with 408 when it has not
 /// all arrived within `timeout` (a half-sent body would otherwise hold the request forever).
-async fn read_body(
+pub(crate) async fn read_body(
     body: Body,
     limit: usize,
     timeout: std::time::Duration,
@@ -327,6 +330,7 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         n_probs: prep.n_probs,
         stop: prep.stop,
         ignore_eos: prep.ignore_eos,
+        explain: None,
         events: tx,
     };
     st.engine
@@ -457,7 +461,9 @@ async fn collect(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Result<Value, 
     let mut offset = 0usize;
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Token { id, text: t, prob } => {
+            Event::Token {
+                id, text: t, prob, ..
+            } => {
                 text.push_str(&t);
                 tokens.push(id);
                 if let Some(p) = &prob {
@@ -758,7 +764,7 @@ fn stream_response(meta: Meta, rx: UnboundedReceiver<Event>, guard: InFlight) ->
                 return None;
             }
             match s.rx.recv().await {
-                Some(Event::Token { id, text, prob }) => {
+                Some(Event::Token { id, text, prob, .. }) => {
                     s.text_chunk(&text, Some(id), prob.as_ref())
                 }
                 Some(Event::Done(f)) => s.finish(f),

@@ -3,7 +3,7 @@
 //! The header is parsed strictly: the scheme `Bearer` (case-insensitive, as RFC 7235 defines
 //! auth schemes), exactly one space, then the key and nothing else. `Bearer  KEY` (two spaces)
 //! or a trailing space are refused rather than trimmed: a lenient parser accepts values that no
-//! other server does and hides a broken client. `/health` never needs the key, and neither does a
+//! other server does and hides a broken client. `/health` and the playground's static page never need the key, and neither does a
 //! CORS preflight (browsers send it without credentials; see [`crate::cors`]).
 
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub(crate) fn key_matches(headers: &HeaderMap, key: &str) -> bool {
 
 /// Routes open without the key.
 fn is_public(path: &str) -> bool {
-    path == "/health" || path == "/v1/health"
+    path == "/health" || path == "/v1/health" || crate::playground::is_public(path)
 }
 
 /// With `--api-key`, every route but `/health` needs the key.

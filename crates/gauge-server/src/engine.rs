@@ -50,6 +50,8 @@ pub(crate) struct Job {
     pub stop: Vec<String>,
     /// Do not stop at end-of-generation tokens (the chain bans them).
     pub ignore_eos: bool,
+    /// `POST /explain`: record every stage of every step (module `explain`).
+    pub explain: Option<Box<crate::explain::ExplainJob>>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -126,6 +128,8 @@ pub(crate) enum Event {
         id: TokenId,
         text: String,
         prob: Option<TokenProb>,
+        /// The step explained (`POST /explain` only), as JSON.
+        explain: Option<Box<serde_json::Value>>,
     },
     Done(Finish),
     Failed(ApiError),
@@ -319,6 +323,9 @@ impl Engine {
                     for &t in &job.prompt {
                         job.chain.accept_prompt(t);
                     }
+                    if let Some(x) = job.explain.as_mut() {
+                        x.accept_prompt(&job.prompt);
+                    }
                     let stops = job.stop.clone();
                     self.live.push(Live {
                         job,
@@ -416,7 +423,13 @@ impl Engine {
             Ok(r) => r,
             Err(e) => return self.end(i, Some(Err(ApiError::internal(e.to_string())))),
         };
-        let tok = match l.job.chain.sample(row) {
+        let sampled = match l.job.explain.as_mut() {
+            None => l.job.chain.sample(row).map(|t| (t, None)),
+            Some(x) => x
+                .step(&mut l.job.chain, row, &self.model)
+                .map(|(t, v)| (t, Some(Box::new(v)))),
+        };
+        let (tok, explain) = match sampled {
             Ok(t) => t,
             Err(e) => return self.end(i, Some(Err(e.into()))),
         };
@@ -445,6 +458,7 @@ impl Engine {
             id: tok,
             text,
             prob,
+            explain,
         });
         if sent.is_err() {
             return self.end(i, None);

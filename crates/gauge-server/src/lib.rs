@@ -17,6 +17,8 @@
 //! | `POST /apply-template` | `{messages}` -> `{prompt}` through the chat template (module `template`) |
 //! | `GET /props` | llama-server's server properties |
 //! | `GET /metrics` | Prometheus text: llama-server's `llamacpp:*` and gauge's `gauge:*` |
+//! | `POST /explain` | a generation with every sampler stage recorded per step (module `explain`) |
+//! | `GET /` | the playground page (assets under `/playground/`, embedded; no key needed) |
 //!
 //! Every sampling field of [`SamplingParams`](gauge_sampling::SamplingParams) is read per request
 //! (OpenAI names, llama-server names and aliases, `samplers`, `logit_bias` in every form,
@@ -58,9 +60,11 @@ pub mod conn;
 pub mod cors;
 pub mod engine;
 pub mod error;
+mod explain;
 mod llama_routes;
 pub mod logprobs;
 mod metrics;
+mod playground;
 mod request;
 pub mod stop;
 mod template;

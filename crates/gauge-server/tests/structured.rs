@@ -133,6 +133,13 @@ fn forty_a2_schemas_parse_and_validate_at_repeat_penalty_1_3() {
             },
         }
     }
+    // Not vacuous: 22 of 40 ended on their own when measured; a constraint that never lets the
+    // JSON close (or a penalty that always runs to the limit) fails here.
+    assert!(
+        A2_SCHEMAS - truncated >= 10,
+        "only {} of {A2_SCHEMAS} outputs ended before max_tokens",
+        A2_SCHEMAS - truncated
+    );
     assert!(
         failures.is_empty(),
         "{} of {A2_SCHEMAS} failed:\n{}",

@@ -151,8 +151,9 @@ pub fn build_c_file(source: &Path, out: &Path, kind: GaugeLib) {
         cmd.args(&archives);
         cmd.arg("-Wl,--end-group");
     }
-    // The C++ runtime (libllama is C++), and what a Rust staticlib needs.
-    cmd.args(["-lstdc++", "-lm", "-lpthread", "-ldl", "-lgcc_s"]);
+    // The C++ runtime (libllama is C++), OpenMP (ggml's thread pool: the workspace builds
+    // llama.cpp with GGML_OPENMP), and what a Rust staticlib needs.
+    cmd.args(["-lstdc++", "-fopenmp", "-lm", "-lpthread", "-ldl", "-lgcc_s"]);
     let res = cmd.output().expect("running the C compiler (cc)");
     assert!(
         res.status.success(),
@@ -188,7 +189,7 @@ pub fn shared_libllama(dir: &Path) -> PathBuf {
         .arg("-Wl,--whole-archive")
         .args(&archives)
         .arg("-Wl,--no-whole-archive")
-        .args(["-lstdc++", "-lm", "-lpthread"])
+        .args(["-lstdc++", "-fopenmp", "-lm", "-lpthread"])
         .output()
         .expect("running the C compiler");
     assert!(

@@ -314,6 +314,7 @@ fn run_json_inner(
     vocab: Option<&GrammarVocab>,
 ) -> Result<JsonSummary, LabError> {
     cfg.validate()?;
+    cfg.sampler.check_rust_decodable()?;
     let vocab = match (cfg.constrained, vocab) {
         (true, None) => {
             return Err(LabError::Config {

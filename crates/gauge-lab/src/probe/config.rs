@@ -7,7 +7,7 @@ use crate::run::spec::{
     MAX_TOKENS,
 };
 use crate::run::RunSpec;
-use crate::stack::Stack;
+use crate::stack::{check_engine, EngineInfo, Stack};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a change would make old raw results incomparable: part of the run id, so an old
@@ -49,6 +49,9 @@ pub struct ProbeConfig {
     /// stays on gauge's operator).
     #[serde(default, skip_serializing_if = "Stack::is_gauge")]
     pub sampler: Stack,
+    /// Device, dtype and versions of an hf / vllm run (absent for gauge and llama-cpp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineInfo>,
 }
 
 impl Default for ProbeConfig {
@@ -67,6 +70,7 @@ impl Default for ProbeConfig {
             bootstrap_seed: 0,
             batch_prefixes: 10,
             sampler: Stack::Gauge,
+            engine: None,
         }
     }
 }
@@ -111,6 +115,16 @@ impl ProbeConfig {
         }
         check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
         check_count("batch_prefixes", self.batch_prefixes, usize::MAX)?;
+        check_engine(self.sampler, self.engine.as_ref())?;
+        if self.sampler.is_python() {
+            if let Some(n) = self.window {
+                return Err(LabError::config(
+                    "window",
+                    n,
+                    "none for hf and vllm (their penalties see the whole prompt and output)",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -151,6 +165,17 @@ impl ProbeConfig {
             alpha: self.alpha,
         });
         v
+    }
+
+    /// The same grid on another stack: equal up to `sampler` and `engine` (a cross-stack
+    /// comparison needs identical plans).
+    pub fn same_grid(&self, other: &ProbeConfig) -> bool {
+        let strip = |c: &ProbeConfig| ProbeConfig {
+            sampler: Stack::Gauge,
+            engine: None,
+            ..c.clone()
+        };
+        strip(self) == strip(other)
     }
 
     /// The run of the second phase (own-median gauge), once the median top-1 logit is known.

@@ -25,10 +25,13 @@
 
 mod analysis;
 mod config;
+mod cross;
+pub mod external;
 mod raw;
 
 pub use analysis::{analyze, Analysis, ConditionDetail, ZeroPointDetail};
 pub use config::{ProbeConfig, Role, PROBE_FORMAT};
+pub use cross::OtherStack;
 pub use raw::{RawLine, RawZeroPoint};
 
 use crate::error::LabError;
@@ -128,6 +131,7 @@ pub fn run_probe_with(
     ctl: &RunControl,
 ) -> Result<ProbeSummary, LabError> {
     cfg.validate()?;
+    cfg.sampler.check_rust_decodable()?;
     let texts = a1_prefixes()[..cfg.prefixes]
         .iter()
         .map(|p| (p.index, p.prefix_text.as_str()));
@@ -159,14 +163,7 @@ pub fn run_probe_with(
     bar.finish_and_clear();
 
     // Phase 2: the own-median gauge, c = −median top-1 of the c = 0, θ = 1 decode.
-    let med = analysis::median_top1(dir.lines())
-        .ok_or_else(|| LabError::config("tokens", cfg.tokens, "a decode with at least one step"))?;
-    let c_nat = -(med as f32);
-    if !c_nat.is_finite() {
-        return Err(
-            gauge_engine::SourceError::Backend(format!("median top-1 logit is {med}")).into(),
-        );
-    }
+    let c_nat = natural_shift(cfg, dir.lines())?;
     let nat_spec = [cfg.natural_spec(c_nat)];
     let bar = phase_bar(ctl.progress, cfg, "A1 own-median gauge ", &dir, true);
     runner.run_phase(dir.log_mut(), 1, cfg.n_chunks(), |k| {
@@ -175,8 +172,35 @@ pub fn run_probe_with(
     })?;
     bar.finish_and_clear();
 
+    finish(out_root, &dir, cfg, ctl.plots)
+}
+
+/// The own-median gauge: c = −(median top-1 logit of the c = 0, θ = 1 decode), once phase 1 is
+/// complete.
+fn natural_shift(cfg: &ProbeConfig, lines: &[RawLine]) -> Result<f32, LabError> {
+    let med = analysis::median_top1(lines)
+        .ok_or_else(|| LabError::config("tokens", cfg.tokens, "a decode with at least one step"))?;
+    let c_nat = -(med as f32);
+    if !c_nat.is_finite() {
+        return Err(
+            gauge_engine::SourceError::Backend(format!("median top-1 logit is {med}")).into(),
+        );
+    }
+    Ok(c_nat)
+}
+
+/// Analyse a complete run directory and write `summary.json`, `REPORT.md` (with the cross-stack
+/// table when other stacks ran the same grid under `out_root`) and the plots; the gate verdict
+/// comes last, after every output is written.
+fn finish(
+    out_root: &Path,
+    dir: &RunDir,
+    cfg: &ProbeConfig,
+    plots: bool,
+) -> Result<ProbeSummary, LabError> {
     let analysis = analyze(cfg, dir.lines());
-    write_outputs(&dir.dir, cfg, &analysis, ctl.plots)?;
+    let others = cross::other_stacks(out_root, cfg)?;
+    write_outputs(&dir.dir, cfg, &analysis, plots, &others)?;
     if let Some(details) = analysis.gate_failure() {
         return Err(LabError::GateFailed { details });
     }
@@ -354,14 +378,21 @@ fn run_chunk(
 }
 
 /// `summary.json`, `REPORT.md` and the plots.
-fn write_outputs(dir: &Path, cfg: &ProbeConfig, a: &Analysis, plots: bool) -> Result<(), LabError> {
+fn write_outputs(
+    dir: &Path,
+    cfg: &ProbeConfig,
+    a: &Analysis,
+    plots: bool,
+    others: &[cross::OtherStack],
+) -> Result<(), LabError> {
     write_json(dir, "summary.json", &a.summary)?;
     let plot_names = if plots {
         crate::report::write_probe_plots(dir, a)?
     } else {
         Vec::new()
     };
-    let report = crate::report::probe_report(cfg, a, &plot_names);
+    let mut report = crate::report::probe_report(cfg, a, &plot_names);
+    report.push_str(&cross::table(cfg, &a.summary, others));
     write_atomic(&dir.join("REPORT.md"), report.as_bytes())?;
     Ok(())
 }

@@ -3,7 +3,6 @@
 //! for the engine's [`Model`]; tests implement it on toy vocabularies.
 
 use crate::error::LabError;
-use gauge_engine::Model;
 use gauge_sampling::TokenId;
 
 /// A model's tokenizer as the experiments see it.
@@ -28,9 +27,10 @@ pub trait Codec {
     }
 }
 
-impl Codec for Model {
+#[cfg(feature = "llama")]
+impl Codec for gauge_engine::Model {
     fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<TokenId>, String> {
-        Model::tokenize(self, text, true, parse_special).map_err(|e| e.to_string())
+        gauge_engine::Model::tokenize(self, text, true, parse_special).map_err(|e| e.to_string())
     }
     fn piece(&self, token: TokenId) -> Vec<u8> {
         self.token_bytes_checked(token, false).unwrap_or_default()
@@ -39,7 +39,7 @@ impl Codec for Model {
         self.token_bytes_checked(token, true).unwrap_or_default()
     }
     fn is_eog(&self, token: TokenId) -> bool {
-        Model::is_eog(self, token)
+        gauge_engine::Model::is_eog(self, token)
     }
     fn chat_prompt(&self, message: &str) -> Result<String, String> {
         self.apply_chat_template(message).map_err(|e| e.to_string())

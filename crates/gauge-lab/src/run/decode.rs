@@ -19,8 +19,8 @@
 use crate::error::LabError;
 use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
 use crate::run::spec::RunSpec;
-use crate::stack::{llama_chain, Stack};
-use gauge_engine::{LogitSource, ReferenceChain, SeqId};
+use crate::stack::{llama_chain, LlamaChain, Stack};
+use gauge_engine::{LogitSource, SeqId};
 use gauge_grammar::GrammarState;
 use gauge_sampling::TokenId;
 
@@ -108,7 +108,7 @@ struct PrefixState {
     groups: Vec<Group>,
     results: Vec<RunResult>,
     /// One llama.cpp chain per run (llama-cpp stack only).
-    chains: Vec<Option<ReferenceChain>>,
+    chains: Vec<Option<LlamaChain>>,
 }
 
 /// Reused buffers: a step allocates nothing unless a group splits.
@@ -276,7 +276,7 @@ fn decide<R>(
     source: &dyn LogitSource,
     specs: &[RunSpec<R>],
     g: &mut Group,
-    chains: &mut [Option<ReferenceChain>],
+    chains: &mut [Option<LlamaChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
 ) -> Result<(), LabError> {

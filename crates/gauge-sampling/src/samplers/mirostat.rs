@@ -181,6 +181,10 @@ impl Sampler for Mirostat {
         FromRow::Done
     }
 
+    fn explain_state(&self) -> Vec<(&'static str, f32)> {
+        vec![("mu", self.mu)]
+    }
+
     fn reset(&mut self) {
         self.mu = 2.0 * self.tau;
         self.rng = Mt19937::new(resolve_seed(self.seed));

@@ -193,6 +193,10 @@ impl Sampler for MirostatV2 {
         FromRow::Done
     }
 
+    fn explain_state(&self) -> Vec<(&'static str, f32)> {
+        vec![("mu", self.mu)]
+    }
+
     fn reset(&mut self) {
         self.mu = 2.0 * self.tau;
         self.wide_mu = f32::INFINITY;

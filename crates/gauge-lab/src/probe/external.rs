@@ -1,0 +1,253 @@
+//! Probe runs decoded outside this crate: the Python package's HF transformers and vLLM engines
+//! (`python -m gauge_sampling probe --engine hf|vllm`). Python is only the logit source and the
+//! stack's own sampler; the plan, the run directory (resumption), the lines, the analysis, the
+//! report and the plots are the ones `gauge probe` uses.
+//!
+//! The caller opens the run with its prompt tokens, decodes each pending chunk of each phase with
+//! the plan, hands the tokens back per run ([`DecodedRun`]), and finishes: exactly the steps of
+//! [`super::run_probe_with`], with the decode done elsewhere.
+
+use super::raw::{RawLine, RawZeroPoint, RunDir};
+use super::{finish, natural_shift, ProbeConfig, ProbeSummary, Role};
+use crate::error::LabError;
+use crate::run::{Grid, RunSpec};
+use crate::stats::repeats;
+use gauge_sampling::TokenId;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What the caller decoded for one run of one prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodedRun {
+    /// Prefix index (0-based, manifest order).
+    pub prefix: usize,
+    /// Index of the run in its phase's plan.
+    pub run: usize,
+    /// Generated token ids.
+    pub tokens: Vec<TokenId>,
+    /// Tokens the model evaluated for this run (shared work charged once, to the group's first
+    /// run, as the Rust decode does).
+    pub forward_tokens: u64,
+    /// The zero-point facts: required for the `zero_point` run, absent for every other run.
+    #[serde(default)]
+    pub zero_point: Option<RawZeroPoint>,
+}
+
+/// An open probe run decoded by an external engine.
+pub struct ExternalProbe {
+    out_root: PathBuf,
+    cfg: ProbeConfig,
+    prompts: Vec<Vec<TokenId>>,
+    dir: RunDir,
+}
+
+impl std::fmt::Debug for ExternalProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalProbe")
+            .field("dir", &self.dir.dir)
+            .finish()
+    }
+}
+
+impl ExternalProbe {
+    /// Open (or resume) `out_root/<run-id>/` for `cfg` with the prompt tokens of the first
+    /// `cfg.prefixes` prefixes, tokenized by the engine's tokenizer.
+    pub fn open(
+        out_root: &Path,
+        cfg: ProbeConfig,
+        prompts: Vec<Vec<TokenId>>,
+        n_vocab: usize,
+    ) -> Result<Self, LabError> {
+        cfg.validate()?;
+        if !cfg.sampler.is_python() {
+            return Err(LabError::config(
+                "sampler",
+                cfg.sampler,
+                "hf or vllm (gauge and llama-cpp run in `gauge probe`)",
+            ));
+        }
+        if prompts.len() != cfg.prefixes {
+            return Err(LabError::config(
+                "prompts",
+                prompts.len(),
+                &format!("{} prompts, one per prefix", cfg.prefixes),
+            ));
+        }
+        for (i, p) in prompts.iter().enumerate() {
+            let err = |message: String| LabError::Tokenize { prefix: i, message };
+            if p.is_empty() {
+                return Err(err("no tokens".into()));
+            }
+            if let Some(&t) = p.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+                return Err(err(format!("token {t} outside the vocabulary ({n_vocab})")));
+            }
+        }
+        let dir = RunDir::open(out_root, &cfg)?;
+        crate::run::resume::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
+            l.prompt == prompts[l.prefix]
+        })?;
+        Ok(ExternalProbe {
+            out_root: out_root.to_path_buf(),
+            cfg,
+            prompts,
+            dir,
+        })
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir.dir
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProbeConfig {
+        &self.cfg
+    }
+
+    /// Chunks of `phase` (0: flip + zero-point runs, 1: the own-median run) not yet complete.
+    pub fn pending_chunks(&self, phase: u8) -> Result<Vec<usize>, LabError> {
+        check_phase(phase)?;
+        let done = self.dir_done(phase);
+        Ok((0..self.cfg.n_chunks())
+            .filter(|k| !done.contains(k))
+            .collect())
+    }
+
+    fn dir_done(&self, phase: u8) -> std::collections::BTreeSet<usize> {
+        self.dir
+            .lines()
+            .iter()
+            .filter(|l| u8::from(l.is_natural()) == phase)
+            .map(|l| l.chunk)
+            .collect()
+    }
+
+    /// The runs of `phase` for every prefix. Phase 1's run needs the median top-1 logit of the
+    /// complete phase 0.
+    pub fn plan(&self, phase: u8) -> Result<Vec<RunSpec<Role>>, LabError> {
+        check_phase(phase)?;
+        if phase == 0 {
+            return Ok(self.cfg.flip_plan());
+        }
+        let pending = self.pending_chunks(0)?;
+        if !pending.is_empty() {
+            return Err(LabError::config(
+                "phase",
+                1,
+                &format!("phase 0 complete first (chunks {pending:?} pending)"),
+            ));
+        }
+        Ok(vec![self
+            .cfg
+            .natural_spec(natural_shift(&self.cfg, self.dir.lines())?)])
+    }
+
+    /// Append chunk `k` of `phase` durably: one [`DecodedRun`] per (prefix of the chunk, run of
+    /// the plan), in any order.
+    pub fn append_chunk(
+        &mut self,
+        phase: u8,
+        k: usize,
+        runs: Vec<DecodedRun>,
+    ) -> Result<(), LabError> {
+        let plan = self.plan(phase)?;
+        if k >= self.cfg.n_chunks() {
+            return Err(LabError::config(
+                "chunk",
+                k,
+                &format!("0..{}", self.cfg.n_chunks()),
+            ));
+        }
+        if self.dir_done(phase).contains(&k) {
+            return Err(LabError::config("chunk", k, "a chunk not yet written"));
+        }
+        let range = self.cfg.chunk(k);
+        let mut slots: Vec<Option<DecodedRun>> = vec![None; range.len() * plan.len()];
+        for r in runs {
+            if !range.contains(&r.prefix) || r.run >= plan.len() {
+                return Err(LabError::config(
+                    "runs",
+                    format!("prefix {} run {}", r.prefix, r.run),
+                    &format!("prefixes {range:?} × runs 0..{}", plan.len()),
+                ));
+            }
+            let i = (r.prefix - range.start) * plan.len() + r.run;
+            if slots[i].is_some() {
+                return Err(LabError::config(
+                    "runs",
+                    format!("prefix {} run {} twice", r.prefix, r.run),
+                    "each run once",
+                ));
+            }
+            slots[i] = Some(r);
+        }
+        let mut lines = Vec::with_capacity(slots.len());
+        for (i, slot) in slots.into_iter().enumerate() {
+            let (p, run) = (range.start + i / plan.len(), i % plan.len());
+            let r = slot.ok_or_else(|| {
+                LabError::config("runs", format!("prefix {p} run {run} missing"), "every run")
+            })?;
+            let spec = &plan[run];
+            if r.tokens.len() != self.cfg.tokens {
+                return Err(LabError::config(
+                    "tokens",
+                    format!("{} for prefix {p} run {run}", r.tokens.len()),
+                    &format!("{} per run", self.cfg.tokens),
+                ));
+            }
+            let zp = spec.role == Role::ZeroPoint;
+            if zp != r.zero_point.is_some() {
+                return Err(LabError::config(
+                    "zero_point",
+                    format!("prefix {p} run {run}"),
+                    "present for the zero-point run (c = 0, θ = 1) only",
+                ));
+            }
+            let prompt = &self.prompts[p];
+            lines.push(RawLine {
+                chunk: k,
+                prefix: p,
+                run,
+                role: spec.role,
+                op: spec.op,
+                theta: spec.theta,
+                c: spec.c,
+                prompt: prompt.clone(),
+                repeats: repeats(prompt, &r.tokens),
+                tokens: r.tokens,
+                forward_tokens: r.forward_tokens,
+                naive_forward_tokens: (prompt.len() + self.cfg.tokens - 1) as u64,
+                zero_point: r.zero_point,
+            });
+        }
+        self.dir.log_mut().append(lines)
+    }
+
+    /// Analyse the complete run and write `summary.json`, `REPORT.md` and the plots, as
+    /// `gauge probe` does; [`LabError::GateFailed`] after writing them if an op flipped at θ = 1.
+    pub fn finish(&self, plots: bool) -> Result<ProbeSummary, LabError> {
+        for phase in [0, 1] {
+            let pending = self.pending_chunks(phase)?;
+            if !pending.is_empty() {
+                return Err(LabError::config(
+                    "phase",
+                    phase,
+                    &format!("every chunk decoded before finishing ({pending:?} pending)"),
+                ));
+            }
+        }
+        finish(&self.out_root, &self.dir, &self.cfg, plots)
+    }
+}
+
+fn check_phase(phase: u8) -> Result<(), LabError> {
+    if phase > 1 {
+        return Err(LabError::config(
+            "phase",
+            phase,
+            "0 (flip runs) or 1 (own-median run)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+"""``python -m gauge_sampling probe --engine hf|vllm --model M ...``: ``gauge probe``'s flags,
+grid, defaults, outputs and resumption, with HF transformers or vLLM computing the logits and
+deciding with their own samplers.
+
+The grid defaults come from gauge-lab (``_native.probe_grids_json``), the configuration is checked
+by gauge-lab's validation (errors name the field), and the run id includes the stack, the device,
+the dtype and the package versions, so the same command resumes the same directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from .. import _native
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated numbers expected, got {text!r}") from None
+
+
+def _ops(text: str) -> list[str]:
+    ops = [x.strip() for x in text.split(",") if x.strip()]
+    for o in ops:
+        if o not in ("ctrl", "normalized", "subtractive"):
+            raise argparse.ArgumentTypeError(
+                f"unknown operator {o!r} (allowed: ctrl, normalized, subtractive)"
+            )
+    return ops
+
+
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="who computes and decides")
+    p.add_argument(
+        "--device", default=None, help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="model dtype (default: float32 on cpu, bfloat16 on cuda)",
+    )
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's tensor_parallel_size (GPUs)")
+    p.add_argument(
+        "--threads", "-t", type=int, default=0, help="torch CPU threads (0 = every core, as gauge probe)"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m gauge_sampling", description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("probe", help="A1, the gauge probe (gauge probe's flags)")
+    p.add_argument("--model", "-m", default=_native.default_model(), help="registry name, GGUF or HF folder")
+    p.add_argument("--prefixes", type=int, default=None, help="the first N of the note's 200 prefixes (20)")
+    p.add_argument("--tokens", type=int, default=None, help="greedy tokens per run (64)")
+    p.add_argument("--theta", type=_floats, default=None, help="comma-separated θ values, with 1.0 (1.0,1.3)")
+    p.add_argument("--ops", type=_ops, default=None, help="comma-separated: ctrl, normalized, subtractive")
+    p.add_argument("--shift", type=float, default=None, help="the gauge shift c: runs add +c and −c (5)")
+    p.add_argument("--alpha", type=float, default=None, help="α of the subtractive operator (1)")
+    p.add_argument("--window", type=int, default=None, help="refused for hf and vllm (whole history)")
+    p.add_argument("--full", action="store_true", help="the note's full grid (200 × 200, 4 θ)")
+    p.add_argument("--out", default="results", help="results root; the run goes to <out>/<run-id>/")
+    p.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
+    p.add_argument("--n-seq-max", type=int, default=256, help="live sequences (fits the chunk)")
+    _engine_flags(p)
+    return top
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_info(engine: str, device: str, dtype: str, tp: int) -> dict:
+    import torch
+    import transformers
+
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "gauge_sampling": _native.__version__,
+    }
+    options = {}
+    if engine == "vllm":
+        import vllm
+
+        versions["vllm"] = vllm.__version__
+        options["tensor_parallel_size"] = str(tp)
+    return {"device": device, "dtype": dtype, "versions": versions, "options": options}
+
+
+def probe_config(args, label: str, info: dict) -> str:
+    grids = json.loads(_native.probe_grids_json())
+    if args.full:
+        given = [f for f in ("prefixes", "tokens", "theta") if getattr(args, f) is not None]
+        if given:
+            raise ValueError(f"--full conflicts with --{given[0]}")
+        cfg = grids["full"]
+    else:
+        cfg = grids["quick"]
+        for flag, key in (("prefixes", "prefixes"), ("tokens", "tokens"), ("theta", "thetas")):
+            if getattr(args, flag) is not None:
+                cfg[key] = getattr(args, flag)
+    for flag, key in (("ops", "ops"), ("shift", "shift"), ("alpha", "alpha"), ("window", "window")):
+        if getattr(args, flag) is not None:
+            cfg[key] = getattr(args, flag)
+    cfg["model"] = label
+    cfg["sampler"] = args.engine
+    cfg["engine"] = info
+    return _native.probe_config_json(json.dumps(cfg), args.n_seq_max)
+
+
+def make_engine(args, ref, device: str, dtype: str):
+    """(engine, tokenizer, n_vocab)."""
+    from . import models
+
+    if args.engine == "hf":
+        from .hf_engine import HfEngine
+
+        model, tok = models.load_hf(ref, dtype, device)
+        return HfEngine(model, device), tok, int(model.get_output_embeddings().weight.shape[0])
+    from .vllm_engine import VllmEngine
+
+    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size)
+    return eng, eng.tokenizer, eng.n_vocab
+
+
+def run_probe_command(args) -> int:
+    import torch
+
+    from . import models
+    from .probe import run_probe
+
+    device = args.device or default_device()
+    dtype = args.dtype or ("float32" if device == "cpu" else "bfloat16")
+    if args.threads < 0:
+        raise ValueError(f"invalid value for `threads`: {args.threads} (allowed: >= 0)")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
+        torch.set_num_threads(os.cpu_count() or 1)
+    ref = models.resolve(args.model)
+    info = engine_info(args.engine, device, dtype, args.tensor_parallel_size)
+    cfg_json = probe_config(args, ref.label, info)
+    cfg = json.loads(cfg_json)
+    engine, tok, n_vocab = make_engine(args, ref, device, dtype)
+    prompts = [tok(text)["input_ids"] for _, text in _native.a1_prefixes()[: cfg["prefixes"]]]
+    t0 = time.monotonic()
+    try:
+        summary, run_dir = run_probe(engine, prompts, cfg_json, Path(args.out), n_vocab)
+    finally:
+        close = getattr(engine, "close", None)
+        if close:
+            close()
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(_native.render_probe_table(json.dumps(summary)), end="")
+    print(
+        f"probe ({args.engine}, {device}, {dtype}): {time.monotonic() - t0:.1f} s; "
+        f"report, raw results and plots in {run_dir}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "probe":
+            return run_probe_command(args)
+    except _native.GateFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 2

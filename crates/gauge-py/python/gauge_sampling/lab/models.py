@@ -1,0 +1,99 @@
+"""The model ``M`` of ``python -m gauge_sampling probe --model M``: a registry name (pulled into
+gauge's cache as ``gauge models pull`` does), a GGUF file (loaded by transformers, dequantized) or
+a local HF folder. The label in reports and run ids is the one ``gauge probe`` uses: the registry
+name, the GGUF's file stem, or the folder's name."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .. import _native
+
+
+@dataclass
+class ModelRef:
+    label: str
+    #: The GGUF file, when the model is one (registry entries are).
+    gguf: Optional[Path]
+    #: The HF folder, when the model is one.
+    folder: Optional[Path]
+
+
+def resolve(model: str) -> ModelRef:
+    p = Path(model)
+    if p.is_dir():
+        return ModelRef(label=p.resolve().name, gguf=None, folder=p)
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise ValueError(f"--model: {model} is not a file")
+        return ModelRef(label=p.stem, gguf=p, folder=None)
+    # A registry name: pulled (and verified) by gauge's registry.
+    path = Path(_native.resolve_model(model))
+    return ModelRef(label=model, gguf=path, folder=None)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_hf(ref: ModelRef, dtype: str, device: str):
+    """(model, tokenizer) with transformers, in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if ref.gguf is not None:
+        kw = dict(gguf_file=ref.gguf.name)
+        where = ref.gguf.parent
+    else:
+        kw = {}
+        where = ref.folder
+    tok = AutoTokenizer.from_pretrained(where, **kw)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype), **kw)
+    model.eval()
+    return model.to(device), tok
+
+
+def _cache_root() -> Path:
+    home = os.environ.get("GAUGE_HOME")
+    if home:
+        return Path(home)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gauge"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hf_folder(ref: ModelRef) -> Path:
+    """An HF folder for vLLM: the folder itself, or the GGUF dequantized to float32 safetensors,
+    converted once and cached under gauge's cache (``hf-converted/<stem>-<sha256[:16]>``)."""
+    if ref.folder is not None:
+        return ref.folder
+    gguf = ref.gguf
+    target = _cache_root() / "hf-converted" / f"{gguf.stem}-{_sha256(gguf)[:16]}"
+    if (target / "config.json").exists():
+        return target
+    model, tok = load_hf(ref, "float32", "cpu")
+    # A GGUF-loaded model refuses save_pretrained ("not serializable"); its weights are plain
+    # float32 tensors by now, so dropping the quantizer records makes it save as a normal model.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    tmp.rename(target)
+    return target

@@ -1,0 +1,186 @@
+//! The instrument for the Python engines (`python -m gauge_sampling probe --engine hf|vllm`):
+//! gauge-lab's plans, run directories, analysis, `REPORT.md` and plots, and the registry pull.
+//! Python decodes; everything else is the code `gauge probe` runs. Values cross as JSON text in
+//! the shapes of gauge-lab's serde types (`config.json`, `summary.json`).
+
+use gauge_lab::probe::external::{DecodedRun, ExternalProbe};
+use gauge_lab::probe::ProbeConfig;
+use gauge_lab::LabError;
+use gauge_sampling::TokenId;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+create_exception!(
+    gauge_sampling,
+    GateFailed,
+    PyRuntimeError,
+    "The validity gate failed: an op flipped at θ = 1 (every output was written)."
+);
+
+/// Bad configuration or input is a `ValueError`; file trouble an `OSError`; the gate `GateFailed`.
+fn lab_error(e: LabError) -> PyErr {
+    match e {
+        LabError::Config { .. } | LabError::Tokenize { .. } | LabError::ConfigMismatch { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        LabError::Io { .. } => PyOSError::new_err(e.to_string()),
+        LabError::GateFailed { .. } => GateFailed::new_err(e.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+fn json_error(what: &str, e: serde_json::Error) -> PyErr {
+    PyValueError::new_err(format!("{what}: {e}"))
+}
+
+/// The probe's grids as `config.json` objects: `{"quick": ..., "full": ...}` (`gauge probe`'s
+/// defaults and `--full`), model label empty.
+#[pyfunction]
+fn probe_grids_json() -> String {
+    let full = ProbeConfig {
+        model: String::new(),
+        ..ProbeConfig::full_grid("")
+    };
+    let quick = ProbeConfig {
+        model: String::new(),
+        ..ProbeConfig::default()
+    };
+    serde_json::json!({ "quick": quick, "full": full }).to_string()
+}
+
+/// A probe configuration (`config.json`'s shape) checked by gauge-lab's validation (errors name
+/// the field) with its batch fitted to `n_seq_max` live sequences, as `gauge probe` fits it.
+#[pyfunction]
+fn probe_config_json(config_json: &str, n_seq_max: usize) -> PyResult<String> {
+    use gauge_lab::Grid;
+    let mut cfg: ProbeConfig =
+        serde_json::from_str(config_json).map_err(|e| json_error("config", e))?;
+    cfg.validate().map_err(lab_error)?;
+    if n_seq_max == 0 {
+        return Err(PyValueError::new_err(
+            "invalid value for `n_seq_max`: 0 (allowed: >= 1)",
+        ));
+    }
+    cfg.fit_batch(n_seq_max);
+    serde_json::to_string(&cfg).map_err(|e| json_error("config", e))
+}
+
+/// The note's A1 prefixes: `[(manifest index, text)]`.
+#[pyfunction]
+fn a1_prefixes() -> Vec<(usize, String)> {
+    gauge_lab::prefixes::a1_prefixes()
+        .iter()
+        .map(|p| (p.index, p.prefix_text.clone()))
+        .collect()
+}
+
+/// The terminal table of `gauge probe` for a summary (JSON text).
+#[pyfunction]
+fn render_probe_table(summary_json: &str) -> PyResult<String> {
+    let s = serde_json::from_str(summary_json).map_err(|e| json_error("summary", e))?;
+    Ok(gauge_lab::render_table(&s))
+}
+
+/// A registry name pulled into gauge's cache as `gauge models pull` does (progress on stderr), or
+/// a path, checked to exist: the file's path.
+#[pyfunction]
+fn resolve_model(py: Python<'_>, name_or_path: &str) -> PyResult<PathBuf> {
+    py.detach(|| gauge_engine::resolve_model(name_or_path))
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// `gauge probe`'s default model (registry name).
+#[pyfunction]
+fn default_model() -> &'static str {
+    gauge_engine::DEFAULT_MODEL
+}
+
+/// One probe run decoded in Python: `ProbeRun(out_root, config_json, prompts, n_vocab)` opens
+/// (or resumes) `out_root/<run-id>/`.
+#[pyclass(name = "ProbeRun", module = "gauge_sampling")]
+pub struct PyProbeRun {
+    inner: ExternalProbe,
+}
+
+#[pymethods]
+impl PyProbeRun {
+    #[new]
+    fn new(
+        out_root: PathBuf,
+        config_json: &str,
+        prompts: Vec<Vec<TokenId>>,
+        n_vocab: usize,
+    ) -> PyResult<Self> {
+        let cfg: ProbeConfig =
+            serde_json::from_str(config_json).map_err(|e| json_error("config", e))?;
+        let inner = ExternalProbe::open(&out_root, cfg, prompts, n_vocab).map_err(lab_error)?;
+        Ok(PyProbeRun { inner })
+    }
+
+    /// `out_root/<run-id>`.
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.inner.dir().to_path_buf()
+    }
+
+    /// The configuration (JSON text, `config.json`'s content).
+    #[getter]
+    fn config_json(&self) -> String {
+        serde_json::to_string(self.inner.config()).unwrap_or_default()
+    }
+
+    /// Chunks of `phase` (0: flip and zero-point runs, 1: the own-median run) still to decode.
+    fn pending_chunks(&self, phase: u8) -> PyResult<Vec<usize>> {
+        self.inner.pending_chunks(phase).map_err(lab_error)
+    }
+
+    /// The prefix indices of chunk `k`.
+    fn chunk_prefixes(&self, k: usize) -> Vec<usize> {
+        use gauge_lab::Grid;
+        self.inner.config().chunk(k).collect()
+    }
+
+    /// The runs of `phase` for every prefix: JSON `[{"role", "op", "theta", "c", "alpha"}]`.
+    fn plan_json(&self, phase: u8) -> PyResult<String> {
+        let plan = self.inner.plan(phase).map_err(lab_error)?;
+        let v: Vec<serde_json::Value> = plan
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "role": s.role, "op": s.op, "theta": s.theta, "c": s.c, "alpha": s.alpha,
+                })
+            })
+            .collect();
+        Ok(serde_json::Value::Array(v).to_string())
+    }
+
+    /// Append chunk `k` of `phase` durably: JSON `[{"prefix", "run", "tokens", "forward_tokens",
+    /// "zero_point"?}]`, one per (prefix of the chunk, run of the plan).
+    fn append_chunk(&mut self, phase: u8, k: usize, runs_json: &str) -> PyResult<()> {
+        let runs: Vec<DecodedRun> =
+            serde_json::from_str(runs_json).map_err(|e| json_error("runs", e))?;
+        self.inner.append_chunk(phase, k, runs).map_err(lab_error)
+    }
+
+    /// Analyse and write `summary.json`, `REPORT.md` and the plots; returns the summary JSON.
+    /// Raises `GateFailed` (after writing) if an op flipped at θ = 1.
+    #[pyo3(signature = (plots = true))]
+    fn finish(&self, py: Python<'_>, plots: bool) -> PyResult<String> {
+        let s = py.detach(|| self.inner.finish(plots)).map_err(lab_error)?;
+        serde_json::to_string_pretty(&s).map_err(|e| json_error("summary", e))
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyProbeRun>()?;
+    m.add("GateFailed", m.py().get_type::<GateFailed>())?;
+    m.add_function(wrap_pyfunction!(probe_grids_json, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(a1_prefixes, m)?)?;
+    m.add_function(wrap_pyfunction!(render_probe_table, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_model, m)?)?;
+    m.add_function(wrap_pyfunction!(default_model, m)?)?;
+    Ok(())
+}
