@@ -1,6 +1,7 @@
 //! `gauge chain`: print the sampler chain llama.cpp would build for these settings, its params block,
 //! and whether each stage is shift-invariant.
 
+use crate::constraint_args::{self, ConstraintArgs};
 use crate::sampling_args::SamplingArgs;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -23,21 +24,46 @@ pub struct ChainArgs {
     /// Print the result as JSON instead of llama.cpp's log lines.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub constraint: ConstraintArgs,
 }
 
 /// The chain for `params`; without a vocabulary, llama.cpp's default DRY breakers (strings) cannot
 /// be resolved to tokens, so the chain is built without them and a note says so: the stage list,
 /// the params block and the shift report do not depend on the breakers.
 fn build(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String>)> {
+    let constraint = args.constraint.request()?;
     if let Some(name) = &args.model {
         let model = Model::open(name, ModelOptions::default())
             .with_context(|| format!("loading model {name}"))?;
         params.validate(model.n_vocab())?;
-        return Ok((
-            Chain::from_params(params, model.n_vocab(), Some(&model))?,
-            Vec::new(),
-        ));
+        let chain = Chain::from_params(params, model.n_vocab(), Some(&model))?;
+        let chain = constraint_args::apply(
+            chain,
+            constraint.as_ref(),
+            || constraint_args::model_vocab(&model),
+            params,
+        )?;
+        return Ok((chain, Vec::new()));
     }
+    let (chain, mut notes) = build_without_model(args, params)?;
+    if constraint.is_some() {
+        notes.push(
+            "grammar: compiled against a byte-level stand-in vocabulary (pass --model to \
+             compile it for a model's tokens)"
+                .into(),
+        );
+    }
+    let chain = constraint_args::apply(
+        chain,
+        constraint.as_ref(),
+        || constraint_args::byte_vocab(args.n_vocab),
+        params,
+    )?;
+    Ok((chain, notes))
+}
+
+fn build_without_model(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String>)> {
     params.validate(args.n_vocab)?;
     match Chain::from_params(params, args.n_vocab, None) {
         Err(SamplingError::NeedsVocab { field, .. })

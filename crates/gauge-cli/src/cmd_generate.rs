@@ -1,5 +1,6 @@
 //! `gauge generate`: stream a continuation from a real model, sampled by gauge's chain.
 
+use crate::constraint_args::{self, ConstraintArgs};
 use crate::sampling_args::SamplingArgs;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -45,6 +46,8 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub constraint: ConstraintArgs,
 }
 
 pub fn run(args: &GenerateArgs) -> Result<()> {
@@ -62,7 +65,14 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
     );
     params.validate(model.n_vocab())?;
-    let mut chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
+    let chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
+    let constraint = args.constraint.request()?;
+    let mut chain = constraint_args::apply(
+        chain,
+        constraint.as_ref(),
+        || constraint_args::model_vocab(&model),
+        &params,
+    )?;
     eprintln!("sampler seed: {}", params.resolved_seed());
     eprintln!("sampler params: \n{}", params.print_params());
     eprintln!("sampler chain: {}", chain.describe());

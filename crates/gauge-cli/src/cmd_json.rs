@@ -4,7 +4,9 @@ use crate::cmd_probe::{note_gauge_decided, parse_stacks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::{LlamaSource, Model, ModelOptions};
-use gauge_lab::json::{compare_json_runs, json_run_dir, render_json_table, run_json, JsonConfig};
+use gauge_lab::json::{
+    compare_json_runs, json_run_dir, render_json_table, run_json, run_json_constrained, JsonConfig,
+};
 use gauge_lab::ops::Op;
 use gauge_lab::{Grid, RunControl};
 use std::path::PathBuf;
@@ -54,6 +56,11 @@ pub struct JsonArgs {
     /// operator).
     #[arg(long, default_value = "gauge", value_delimiter = ',')]
     pub sampler: Vec<String>,
+    /// Decode under each schema as a grammar (the server's `response_format` stage): syntax is
+    /// then guaranteed, and the report shows what the penalty still breaks (format validity,
+    /// placeholders, early-closed strings and arrays, length). Runs stop at end-of-generation.
+    #[arg(long)]
+    pub constrained: bool,
 }
 
 pub fn run(args: &JsonArgs) -> Result<()> {
@@ -73,6 +80,7 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         ops,
         max_tokens: args.max_tokens,
         window: args.window,
+        constrained: args.constrained,
         ..JsonConfig::default()
     };
     let mut cfgs = Vec::new();
@@ -106,10 +114,18 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         progress: true,
         ..RunControl::default()
     };
+    let grammar_vocab = if args.constrained {
+        Some(crate::constraint_args::model_vocab(&model)?)
+    } else {
+        None
+    };
     let mut summaries = Vec::new();
     for cfg in &cfgs {
         let t0 = std::time::Instant::now();
-        let summary = run_json(&mut src, model.as_ref(), cfg, &args.out, &ctl)?;
+        let summary = match &grammar_vocab {
+            Some(v) => run_json_constrained(&mut src, model.as_ref(), cfg, &args.out, &ctl, v)?,
+            None => run_json(&mut src, model.as_ref(), cfg, &args.out, &ctl)?,
+        };
         if !args.json {
             print!("{}", render_json_table(&summary));
         }

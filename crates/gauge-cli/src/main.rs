@@ -14,6 +14,7 @@ mod cmd_models;
 mod cmd_probe;
 mod cmd_replay;
 mod cmd_serve;
+mod constraint_args;
 mod sampling_args;
 
 use clap::{Parser, Subcommand};

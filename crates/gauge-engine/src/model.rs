@@ -407,6 +407,53 @@ impl Model {
         Ok(())
     }
 
+    /// Every token's bytes as a grammar engine reads them (llama.cpp's llguidance glue does the
+    /// same): the text a token adds to the output, or, for a control token (which adds nothing),
+    /// its own text behind the marker byte `0xFF`, so no grammar text ever matches it. One pass
+    /// over the vocabulary: build it once per model.
+    pub fn grammar_token_bytes(&self) -> Vec<Vec<u8>> {
+        let mut words = Vec::with_capacity(self.n_vocab);
+        let mut buf = Vec::with_capacity(64);
+        for id in 0..self.n_vocab as TokenId {
+            buf.clear();
+            self.inner
+                .vocab()
+                .token_to_piece_into(LlamaToken(id), &mut buf, false, None);
+            if buf.is_empty() {
+                self.inner
+                    .vocab()
+                    .token_to_piece_into(LlamaToken(id), &mut buf, true, None);
+                if !buf.is_empty() {
+                    buf.insert(0, 0xFF);
+                }
+            }
+            words.push(buf.clone());
+        }
+        words
+    }
+
+    /// The end-of-generation tokens for a grammar, the primary one first (EOT when the model has
+    /// one, else EOS, as llama.cpp's llguidance glue), then every other one.
+    pub fn grammar_eos(&self) -> Vec<u32> {
+        let eot = self.inner.vocab().eot().0;
+        let primary = if eot >= 0 {
+            eot
+        } else {
+            self.inner.vocab().eos().0
+        };
+        let mut out = Vec::with_capacity(self.eog.len() + 1);
+        if primary >= 0 && (primary as usize) < self.n_vocab {
+            out.push(primary as u32);
+        }
+        out.extend(
+            self.eog
+                .iter()
+                .filter(|&&t| t != primary)
+                .map(|&t| t as u32),
+        );
+        out
+    }
+
     /// Text of a token sequence (control tokens rendered as nothing), invalid UTF-8 replaced.
     pub fn detokenize(&self, tokens: &[TokenId]) -> Result<String> {
         let mut bytes = Vec::new();

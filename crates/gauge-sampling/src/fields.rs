@@ -124,6 +124,8 @@ fn is_true(v: &Value) -> bool {
 
 const MIN_LEN: &str = "gauge has no minimum length: use `ignore_eos: true` with `max_tokens`, \
                        or a `logit_bias` on the end-of-generation token";
+const NO_CONSTRAINT_STAGE: &str = "this face has no constraint stage: `gauge serve` and `gauge \
+                                     generate` honour it (crate gauge-grammar)";
 const BEAMS: &str = "gauge samples one sequence and does no beam search: use sampling, or \
                      `temperature: 0` for greedy";
 
@@ -298,8 +300,8 @@ pub const REFUSED: &[Refused] = &[
         from: "vLLM",
         neutral_text: "[]",
         neutral: is_empty,
-        instead: "ban the other tokens with `logit_bias`, or constrain output with a grammar \
-                  when gauge supports one",
+        instead: "ban the other tokens with `logit_bias`, or constrain the output with a \
+                  grammar (`grammar`, `json_schema`, `response_format`)",
     },
     Refused {
         name: "stop_token_ids",
@@ -335,36 +337,56 @@ pub const REFUSED: &[Refused] = &[
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "constrained decoding is not supported yet",
+        instead: NO_CONSTRAINT_STAGE,
     },
     Refused {
         name: "guided_regex",
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "constrained decoding is not supported yet",
+        instead: NO_CONSTRAINT_STAGE,
     },
     Refused {
         name: "guided_choice",
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "constrained decoding is not supported yet",
+        instead: NO_CONSTRAINT_STAGE,
     },
     Refused {
         name: "guided_grammar",
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "constrained decoding is not supported yet",
+        instead: NO_CONSTRAINT_STAGE,
     },
     Refused {
         name: "structured_outputs",
         from: "vLLM",
         neutral_text: "none",
         neutral: |_| false,
-        instead: "constrained decoding is not supported yet",
+        instead:
+            "vLLM's newer form is not read: send `guided_json`, `guided_regex`, `guided_choice`, \
+                  `guided_grammar` or `response_format` to a face with a constraint stage \
+                  (`gauge serve`)",
     },
+];
+
+/// Fields that constrain the output to a grammar: read by the constraint stage (crate
+/// `gauge-grammar`), never by [`crate::params::SamplingParams::from_value`]. A face with that
+/// stage (the server, `gauge generate`) reads them and removes them before parsing the sampling
+/// fields; vLLM's `guided_*` are also in [`REFUSED`], so a face without the stage refuses them
+/// instead of dropping the constraint. They are not in the known set of [`unknown_fields`]: a
+/// face with the stage passes them as `also_known`, one without reports them. `response_format`
+/// `{"type": "text"}` and empty strings are neutral.
+pub const CONSTRAINT_FIELDS: &[&str] = &[
+    "response_format",
+    "json_schema",
+    "grammar",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
 ];
 
 /// Accepted, with no effect on the generated tokens (identification, bookkeeping, caching hints).

@@ -53,6 +53,8 @@ pub(crate) struct AppState {
     pub conns: Arc<crate::conn::Tracker>,
     /// Timeouts and the connection limit in effect.
     pub limits: crate::conn::Limits,
+    /// The model's grammar vocabulary, built by the first constrained request.
+    pub grammars: crate::request::GrammarCache,
 }
 
 /// One in-flight place; released on drop.
@@ -271,10 +273,11 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
     let value = read_json(&st, body).await?;
     let guard = InFlight::acquire(&st)?;
     let st2 = Arc::clone(&st);
-    let prep: Prepared =
-        tokio::task::spawn_blocking(move || prepare(ep, &value, &st2.model, &st2.cfg))
-            .await
-            .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
+    let prep: Prepared = tokio::task::spawn_blocking(move || {
+        prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
 
     let n = st.next_id.fetch_add(1, Ordering::Relaxed);
     let prefix = match ep {

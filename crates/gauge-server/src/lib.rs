@@ -185,6 +185,7 @@ impl Server {
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             started: api::unix_now(),
+            grammars: Default::default(),
         });
         Ok(Server {
             listener,

@@ -14,10 +14,15 @@
 //!   (`"gauge": {"seed"}` with `echo_chain`), so any run can be replayed. llama.cpp draws one per
 //!   stage; both are random, but only one is reproducible.
 //! - **Features gauge does not serve are refused, not ignored**: `n` > 1, `best_of`, `echo`,
-//!   `suffix`, tools, grammars and JSON schemas come back as 400 naming the field, because
-//!   silently dropping a constraint the client relies on is worse than an error.
+//!   `suffix` and tools come back as 400 naming the field, because silently dropping a feature
+//!   the client relies on is worse than an error.
+//! - **Constraints** (`response_format` `json_object` / `json_schema`, llama-server's `json_schema`
+//!   and `grammar`, vLLM's `guided_*`) are compiled here by `gauge-grammar` against the model's
+//!   grammar vocabulary (built on the first constrained request, then shared) and put in front of
+//!   the chain; a schema the engine cannot compile is a 400 naming the field path.
 
 use gauge_engine::Model;
+use gauge_grammar::{constrain, ConstraintRequest, GrammarError, GrammarStage, GrammarVocab};
 use gauge_sampling::fields;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{rng, Chain, TokenId};
@@ -81,6 +86,10 @@ pub(crate) const SERVER_FIELDS: &[&str] = &[
     "grammar",
     "json_schema",
     "response_format",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
     "post_sampling_probs",
     "echo_chain",
     "return_tokens",
@@ -136,23 +145,6 @@ fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
             return Err(ApiError::unsupported(
                 name,
                 format!("`{name}` (tool calling) is not supported"),
-            ));
-        }
-    }
-    for name in ["grammar", "json_schema"] {
-        if get(o, name).is_some_and(|v| v.as_str() != Some("")) {
-            return Err(ApiError::unsupported(
-                name,
-                format!("`{name}` (constrained decoding) is not supported"),
-            ));
-        }
-    }
-    if let Some(rf) = get(o, "response_format") {
-        let t = rf.get("type").and_then(Value::as_str);
-        if t != Some("text") {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "only `response_format: {\"type\": \"text\"}` is supported (no JSON mode or schema)",
             ));
         }
     }
@@ -343,15 +335,48 @@ fn used_name<'a>(o: &Map<String, Value>, names: &[&'a str]) -> &'a str {
         .unwrap_or(names[0])
 }
 
-/// Parse, check and build everything a request needs. Blocking (tokenizer, chain build).
+/// The model's grammar vocabulary, built on first use (a pass over the vocabulary) and shared by
+/// every constrained request after it.
+#[derive(Debug, Default)]
+pub(crate) struct GrammarCache(std::sync::OnceLock<Result<GrammarVocab, GrammarError>>);
+
+impl GrammarCache {
+    fn get(&self, model: &Model) -> Result<&GrammarVocab, ApiError> {
+        self.0
+            .get_or_init(|| {
+                GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
+            })
+            .as_ref()
+            .map_err(|e| ApiError::internal(e.to_string()))
+    }
+}
+
+impl From<GrammarError> for ApiError {
+    fn from(e: GrammarError) -> Self {
+        let field = e.field().map(str::to_string);
+        let code = match e {
+            GrammarError::Compile { .. } => "invalid_schema",
+            _ => "invalid_value",
+        };
+        ApiError::invalid(field.as_deref(), e.to_string()).with_code(code)
+    }
+}
+
+/// Parse, check and build everything a request needs. Blocking (tokenizer, chain build, grammar
+/// compilation).
 pub(crate) fn prepare(
     ep: Endpoint,
     body: &Value,
     model: &Model,
     cfg: &ServerConfig,
+    grammars: &GrammarCache,
 ) -> Result<Prepared, ApiError> {
     let o = obj(body)?;
     refuse_unsupported(o)?;
+    let constraint = ConstraintRequest::from_request(o)?;
+    // The sampling fields without the constraint ones (vLLM's `guided_*` are refused there).
+    let sampling_body = Value::Object(ConstraintRequest::strip(o));
+    let body = &sampling_body;
     let unknown_fields = fields::unknown_fields(o, SERVER_FIELDS);
     if cfg.strict && !unknown_fields.is_empty() {
         let names: Vec<String> = unknown_fields.iter().map(|f| format!("`{f}`")).collect();
@@ -458,7 +483,11 @@ pub(crate) fn prepare(
     if params.seed == rng::DEFAULT_SEED {
         params.seed = rng::resolve_seed(params.seed);
     }
-    let chain = Chain::from_params(&params, model.n_vocab(), Some(model))?;
+    let mut chain = Chain::from_params(&params, model.n_vocab(), Some(model))?;
+    if let Some(c) = &constraint {
+        let stage = GrammarStage::compile(c, grammars.get(model)?, &params)?;
+        chain = constrain(chain, stage);
+    }
     Ok(Prepared {
         prompt,
         chain,

@@ -234,6 +234,15 @@ pub struct SchemaCheck {
 impl SchemaCheck {
     /// Compile `entry`'s schema with its own draft, format checks off.
     pub fn new(entry: &SchemaEntry) -> Self {
+        Self::build(entry, false)
+    }
+
+    /// The same with `format` asserted (dates, e-mails, URIs, ...), as constrained A2 reports.
+    pub fn with_formats(entry: &SchemaEntry) -> Self {
+        Self::build(entry, true)
+    }
+
+    fn build(entry: &SchemaEntry, formats: bool) -> Self {
         use jsonschema::Draft;
         let draft = match entry.validator.as_str() {
             "Draft3Validator" | "Draft4Validator" => Draft::Draft4,
@@ -244,7 +253,7 @@ impl SchemaCheck {
         };
         let validator = jsonschema::options()
             .with_draft(draft)
-            .should_validate_formats(false)
+            .should_validate_formats(formats)
             .build(&entry.schema)
             .map_err(|e| e.to_string());
         SchemaCheck { validator }

@@ -332,6 +332,7 @@ fn run_chunk(
         .map(|(p, s)| PrefixJob {
             prompt: &prompts[p],
             specs: s,
+            grammar: None,
         })
         .collect();
     let mut obs = ZeroPointObserver {

@@ -21,6 +21,7 @@ use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
 use crate::run::spec::RunSpec;
 use crate::stack::{llama_chain, LlamaChain, Stack};
 use gauge_engine::{LogitSource, SeqId};
+use gauge_grammar::GrammarState;
 use gauge_sampling::TokenId;
 
 /// What an experiment sees of the decode beyond the tokens: every decision with its row and seen
@@ -49,6 +50,10 @@ impl Observer for NoObserver {}
 pub(crate) struct PrefixJob<'a, R> {
     pub prompt: &'a [TokenId],
     pub specs: &'a [RunSpec<R>],
+    /// A grammar every run of this prompt is held to (`gauge json --constrained`): each run
+    /// decides on the row with the grammar's forbidden tokens at `-inf`, before its operator, as
+    /// the chain's `grammar` stage does. Runs that share a sequence share its grammar state.
+    pub grammar: Option<GrammarState>,
 }
 
 impl<'a, R> PrefixJob<'a, R> {
@@ -63,6 +68,7 @@ impl<'a, R> PrefixJob<'a, R> {
             .map(|p| PrefixJob {
                 prompt: p,
                 specs: plan,
+                grammar: None,
             })
             .collect()
     }
@@ -92,6 +98,8 @@ struct Group {
     seq: SeqId,
     runs: Vec<usize>,
     seen: SeenSet,
+    /// The grammar state of the group's text (constrained runs only).
+    grammar: Option<GrammarState>,
     /// The sequence was freed because every run of the group finished.
     freed: bool,
 }
@@ -110,6 +118,8 @@ struct Scratch {
     stopped: Vec<bool>,
     evals: Vec<ShiftEval>,
     row: Vec<f32>,
+    /// The row with the grammar's forbidden tokens at `-inf`.
+    masked: Vec<f32>,
 }
 
 /// Decode all `jobs` together for at most `opts.tokens` steps (a run ends early when `obs` says
@@ -192,6 +202,7 @@ fn decode_inner<R>(
                 seq,
                 runs,
                 seen: seen.clone(),
+                grammar: job.grammar.clone(),
                 freed: false,
             });
             source.push(seq, job.prompt)?;
@@ -213,7 +224,7 @@ fn decode_inner<R>(
                 decide(
                     source,
                     job.specs,
-                    &st.groups[gi],
+                    &mut st.groups[gi],
                     &mut st.chains,
                     opts,
                     &mut sc,
@@ -264,7 +275,7 @@ fn decode_inner<R>(
 fn decide<R>(
     source: &dyn LogitSource,
     specs: &[RunSpec<R>],
-    g: &Group,
+    g: &mut Group,
     chains: &mut [Option<LlamaChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
@@ -280,6 +291,22 @@ fn decide<R>(
     }
     sc.picks.clear();
     sc.evals.clear();
+    if let Some(grammar) = g.grammar.as_mut() {
+        // Constrained: every run decides on the masked row with the reference operators.
+        grammar.mask_row(row, &mut sc.masked);
+        for &r in &g.runs {
+            let spec = &specs[r];
+            apply_row(
+                &sc.masked,
+                spec.c,
+                &spec.penalty(),
+                g.seen.members(),
+                &mut sc.row,
+            );
+            sc.picks.push(argmax_first(&sc.row).unwrap_or(0) as TokenId);
+        }
+        return Ok(());
+    }
     for &r in &g.runs {
         let spec = &specs[r];
         let pen = spec.penalty();
@@ -331,6 +358,10 @@ fn advance(
         let g = &mut st.groups[gi];
         source.push(g.seq, &[first])?;
         g.seen.accept(first);
+        if let Some(gr) = g.grammar.as_mut() {
+            // The pick came from the masked row, so the grammar accepts it.
+            let _ = gr.consume(first as u32);
+        }
         st.results[g.runs[0]].forward_tokens += 1;
         return Ok(());
     }
@@ -353,11 +384,16 @@ fn advance(
         let child = source.fork(parent)?;
         let mut seen = st.groups[gi].seen.clone();
         seen.accept(tok);
+        let mut grammar = st.groups[gi].grammar.clone();
+        if let Some(gr) = grammar.as_mut() {
+            let _ = gr.consume(tok as u32);
+        }
         st.results[sub[0]].forward_tokens += 1;
         st.groups.push(Group {
             seq: child,
             runs: sub,
             seen,
+            grammar,
             freed: false,
         });
         source.push(child, &[tok])?;
@@ -371,6 +407,9 @@ fn advance(
         .collect();
     source.push(parent, &[first])?;
     g.seen.accept(first);
+    if let Some(gr) = g.grammar.as_mut() {
+        let _ = gr.consume(first as u32);
+    }
     st.results[g.runs[0]].forward_tokens += 1;
     Ok(())
 }

@@ -1,0 +1,46 @@
+//! What can go wrong between a request's constraint and a compiled stage.
+
+/// A constraint that cannot be used, naming the request field it came from.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum GrammarError {
+    /// The field has the wrong shape (e.g. `response_format.type` is not a known type).
+    #[error("`{field}` = {value}: expected {allowed}")]
+    Field {
+        field: String,
+        value: String,
+        allowed: String,
+    },
+    /// The grammar engine could not compile the schema or grammar.
+    #[error("`{field}`: the {what} cannot be compiled: {message}")]
+    Compile {
+        field: String,
+        what: &'static str,
+        message: String,
+    },
+    /// Two constraint fields in one request.
+    #[error("`{first}` and `{second}` both constrain the output: send one of them")]
+    Conflict { first: String, second: String },
+    /// A setting that cannot work together with a constraint.
+    #[error("`{field}` = {value} cannot be combined with a grammar: {why}")]
+    Incompatible {
+        field: String,
+        value: String,
+        why: String,
+    },
+    /// The vocabulary could not be turned into the grammar engine's token trie.
+    #[error("the model's vocabulary cannot be used for grammars: {0}")]
+    Vocab(String),
+}
+
+impl GrammarError {
+    /// The request field the error is about.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            GrammarError::Field { field, .. }
+            | GrammarError::Compile { field, .. }
+            | GrammarError::Incompatible { field, .. } => Some(field),
+            GrammarError::Conflict { second, .. } => Some(second),
+            GrammarError::Vocab(_) => None,
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The constraint as a chain stage: it removes every token the grammar forbids, first.
+
+use gauge_sampling::candidates::{Candidates, TokenData};
+use gauge_sampling::sampler::FromRow;
+use gauge_sampling::{Chain, Overlay, Sampler, SamplingParams, Shift, TokenId};
+
+use crate::error::GrammarError;
+use crate::spec::ConstraintRequest;
+use crate::state::GrammarState;
+use crate::vocab::GrammarVocab;
+
+/// The stage's name in the chain print.
+pub const STAGE_NAME: &str = "grammar";
+
+/// A [`Sampler`] that keeps only the tokens the grammar allows next (see the crate docs for why
+/// it goes first). Generated tokens advance the grammar; prompt tokens do not.
+#[derive(Clone, Debug)]
+pub struct GrammarStage {
+    state: GrammarState,
+    scratch: Vec<TokenData>,
+}
+
+impl GrammarStage {
+    /// Compile `req` for `vocab` for a request with `params`. `ignore_eos` is refused: the
+    /// grammar ends the output with an end-of-generation token, which `ignore_eos` bans.
+    pub fn compile(
+        req: &ConstraintRequest,
+        vocab: &GrammarVocab,
+        params: &SamplingParams,
+    ) -> Result<Self, GrammarError> {
+        if params.ignore_eos {
+            return Err(GrammarError::Incompatible {
+                field: "ignore_eos".into(),
+                value: "true".into(),
+                why: "the grammar ends the output with an end-of-generation token, which \
+                      `ignore_eos` bans; limit the length with the grammar or `max_tokens`"
+                    .into(),
+            });
+        }
+        Ok(Self::new(GrammarState::compile(req, vocab)?))
+    }
+
+    /// A stage over an already compiled state.
+    pub fn new(state: GrammarState) -> Self {
+        Self {
+            state,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The grammar state (for inspection: `error`, `is_stopped`).
+    pub fn state(&self) -> &GrammarState {
+        &self.state
+    }
+}
+
+/// `chain` with `stage` in front of every other stage.
+pub fn constrain(chain: Chain, stage: GrammarStage) -> Chain {
+    let mut stages: Vec<Box<dyn Sampler>> = Vec::with_capacity(chain.stages().len() + 1);
+    stages.push(Box::new(stage));
+    stages.extend(chain.stages().iter().cloned());
+    Chain::from_stages(chain.n_vocab(), stages)
+}
+
+/// NaN or `+inf` anywhere, or no finite value: the chain's own check then reports the row.
+fn row_is_invalid(row: &[f32]) -> bool {
+    let mut bad = false;
+    let mut any_finite = false;
+    for block in row.chunks(64) {
+        let (mut b, mut f) = (false, false);
+        for &x in block {
+            b |= x.is_nan() | (x == f32::INFINITY);
+            f |= x > f32::NEG_INFINITY;
+        }
+        bad |= b;
+        any_finite |= f;
+    }
+    bad || !any_finite
+}
+
+impl Sampler for GrammarStage {
+    fn name(&self) -> &str {
+        STAGE_NAME
+    }
+
+    fn apply(&mut self, cur: &mut Candidates) {
+        let mask = self.state.allowed();
+        self.scratch.clear();
+        self.scratch.extend(
+            cur.as_slice()
+                .iter()
+                .filter(|t| t.id >= 0 && mask.is_allowed(t.id as u32))
+                .copied(),
+        );
+        let sorted = cur.sorted;
+        cur.set_data(self.scratch.drain(..), sorted);
+    }
+
+    /// The allowed tokens straight from the row (in id order, as a filled array filtered by
+    /// `apply` would hold them): the vocabulary-sized fill is never made.
+    fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        if row_is_invalid(row) {
+            return FromRow::Invalid;
+        }
+        let n = row.len();
+        let mask = self.state.allowed();
+        self.scratch.clear();
+        for (w, &word) in mask.as_slice().iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let id = w * 32 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if id < n {
+                    self.scratch.push(TokenData {
+                        id: id as TokenId,
+                        logit: ov.get(row, id),
+                        p: 0.0,
+                    });
+                }
+            }
+        }
+        cur.set_data(self.scratch.drain(..), false);
+        FromRow::Done
+    }
+
+    fn accept(&mut self, token: TokenId) {
+        // A refused token is kept as the state's error; the chain never selects one.
+        let _ = self.state.consume(token as u32);
+    }
+
+    /// The prompt is not part of the constrained output.
+    fn accept_prompt(&mut self, _token: TokenId) {}
+
+    fn reset(&mut self) {
+        self.state.reset();
+    }
+
+    /// The allowed set depends on the text so far, never on logit values.
+    fn shift(&self) -> Shift {
+        Shift::Invariant
+    }
+}

@@ -1,0 +1,215 @@
+//! A compiled constraint and where the output is in it: the allowed set for the next token.
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{JsonCompileOptions, Matcher};
+use serde_json::Value;
+use toktrie::SimpleVob;
+
+use crate::error::GrammarError;
+use crate::spec::{ConstraintRequest, ConstraintSpec};
+use crate::vocab::GrammarVocab;
+
+/// The grammar state of one output. Cloning copies the state (a fork of the output).
+pub struct GrammarState {
+    matcher: Matcher,
+    n_vocab: usize,
+    eos: u32,
+    /// The allowed set for the next token, computed once per position.
+    mask: Option<SimpleVob>,
+    /// The first engine error met while decoding (the output is then ended with EOS).
+    error: Option<String>,
+    label: &'static str,
+}
+
+impl Clone for GrammarState {
+    fn clone(&self) -> Self {
+        Self {
+            matcher: self.matcher.deep_clone(),
+            n_vocab: self.n_vocab,
+            eos: self.eos,
+            mask: self.mask.clone(),
+            error: self.error.clone(),
+            label: self.label,
+        }
+    }
+}
+
+impl std::fmt::Debug for GrammarState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarState")
+            .field("label", &self.label)
+            .field("n_vocab", &self.n_vocab)
+            .field("stopped", &self.matcher.is_stopped())
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+/// A Lark string literal (JSON's escapes are Lark's).
+fn lark_literal(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// gauge's JSON compile options, unless the schema brings its own (`x-guidance`):
+/// * lenient: a `format` llguidance does not know (JSONSchemaBench uses `url`, `uuid4`, ...) is
+///   left unconstrained, as JSON Schema treats `format` as an annotation by default, instead of
+///   refusing the whole schema (llguidance records a warning);
+/// * whitespace between tokens bounded to 20 characters, as llama.cpp's schema grammars bound it,
+///   so a penalised model cannot fill its budget with blank lines inside a value.
+fn with_options(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(o) = schema.as_object_mut() {
+        if !o.contains_key("x-guidance") {
+            let opts = JsonCompileOptions {
+                lenient: true,
+                whitespace_pattern: Some(r"[ \t\n\r]{0,20}".into()),
+                ..JsonCompileOptions::default()
+            };
+            opts.apply_to(&mut schema);
+        }
+    }
+    schema
+}
+
+fn top_level(spec: &ConstraintSpec) -> Result<TopLevelGrammar, String> {
+    Ok(match spec {
+        ConstraintSpec::JsonSchema(schema) => {
+            TopLevelGrammar::from_json_schema(with_options(schema))
+        }
+        ConstraintSpec::AnyJson => {
+            TopLevelGrammar::from_json_schema(with_options(&serde_json::json!({"type": "object"})))
+        }
+        ConstraintSpec::Lark(text) => {
+            // llama.cpp marks llguidance grammars with a first line `%llguidance {}`.
+            let body = match text.trim_start().strip_prefix("%llguidance") {
+                Some(rest) => rest.split_once('\n').map_or("", |(_, b)| b).to_string(),
+                None => text.clone(),
+            };
+            TopLevelGrammar::from_lark(body)
+        }
+        ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+        ConstraintSpec::Choice(choices) => {
+            let alts: Vec<String> = choices.iter().map(|c| lark_literal(c)).collect();
+            TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
+        }
+    })
+}
+
+impl GrammarState {
+    /// Compile `req` for `vocab`, and compute the first mask (so the decode thread does not).
+    pub fn compile(req: &ConstraintRequest, vocab: &GrammarVocab) -> Result<Self, GrammarError> {
+        let compile_err = |message: String| GrammarError::Compile {
+            field: req.field.clone(),
+            what: req.spec.kind(),
+            message,
+        };
+        let grammar = top_level(&req.spec).map_err(compile_err)?;
+        let parser = vocab
+            .factory()
+            .create_parser(grammar)
+            .map_err(|e| compile_err(e.to_string()))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(compile_err(e));
+        }
+        let mut st = Self {
+            matcher,
+            n_vocab: vocab.n_vocab(),
+            eos: vocab.eos()[0],
+            mask: None,
+            error: None,
+            label: req.spec.label(),
+        };
+        st.mask().map_err(compile_err)?;
+        Ok(st)
+    }
+
+    /// What kind of constraint (`json_schema`, `lark`, ...).
+    pub fn label(&self) -> &'static str {
+        self.label
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// The allowed set for the next token (computed on first need at each position).
+    fn mask(&mut self) -> Result<&SimpleVob, String> {
+        if self.mask.is_none() {
+            let m = self.matcher.compute_mask().map_err(|e| e.to_string())?;
+            self.mask = Some(m);
+        }
+        Ok(self.mask.as_ref().expect("just set"))
+    }
+
+    /// The allowed set for the next token. If the engine fails (a resource limit; the error is
+    /// kept in [`GrammarState::error`]), only the end-of-generation token is allowed, so the
+    /// output ends instead of leaving the grammar.
+    pub fn allowed(&mut self) -> &SimpleVob {
+        if let Err(e) = self.mask() {
+            self.error.get_or_insert(e);
+            let mut only_eos = SimpleVob::alloc(self.n_vocab);
+            only_eos.allow_token(self.eos);
+            self.mask = Some(only_eos);
+        }
+        self.mask.as_ref().expect("set above")
+    }
+
+    /// Is `token` allowed next?
+    pub fn is_allowed(&mut self, token: u32) -> bool {
+        (token as usize) < self.n_vocab && self.allowed().is_allowed(token)
+    }
+
+    /// Advance past a generated token. A token the grammar does not allow is an error (and is
+    /// kept in [`GrammarState::error`]); after the grammar has ended, tokens are ignored.
+    pub fn consume(&mut self, token: u32) -> Result<(), String> {
+        self.mask = None;
+        if self.matcher.is_stopped() {
+            return Ok(());
+        }
+        let r = self.matcher.consume_token(token).map_err(|e| e.to_string());
+        if let Err(e) = &r {
+            self.error.get_or_insert(e.clone());
+        }
+        r
+    }
+
+    /// The grammar has ended (an end-of-generation token was consumed where allowed).
+    pub fn is_stopped(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
+    /// Could the output end here?
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    /// The first engine error, if any.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Back to the start of the grammar.
+    pub fn reset(&mut self) {
+        self.mask = None;
+        if let Err(e) = self.matcher.reset() {
+            self.error.get_or_insert(e.to_string());
+        }
+    }
+}
+
+impl GrammarState {
+    /// `row` with every forbidden token at `-inf`, into `out` (for callers that decide on a
+    /// materialised row instead of through a chain, such as the lab's decode tree).
+    pub fn mask_row(&mut self, row: &[f32], out: &mut Vec<f32>) {
+        let mask = self.allowed();
+        out.clear();
+        out.extend(row.iter().enumerate().map(|(i, &v)| {
+            if mask.is_allowed(i as u32) {
+                v
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+    }
+}
