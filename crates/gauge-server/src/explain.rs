@@ -207,7 +207,19 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
     let guard = InFlight::acquire(&st)?;
     let st2 = Arc::clone(&st);
     let (prep, ctrl, normalized) = tokio::task::spawn_blocking(move || {
-        let prep = prepare(ep, &value, &st2.model, &st2.cfg)?;
+        // The companions below are rebuilt from the sampling fields alone, so a grammar would
+        // constrain the request's chain but not them: refused rather than half applied.
+        if let Some(c) = value
+            .as_object()
+            .and_then(|o| gauge_grammar::ConstraintRequest::from_request(o).ok().flatten())
+        {
+            return Err(ApiError::invalid(
+                Some(&c.field),
+                "/explain does not apply grammar constraints; ask /completion or \
+                 /v1/chat/completions for constrained output",
+            ));
+        }
+        let prep = prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars)?;
         let companion = |mode: PenaltyMode| {
             let mut p = prep.params.clone();
             p.repeat_penalty_mode = mode;

@@ -135,6 +135,10 @@ fn bad_explain_fields_name_the_field() {
             json!({"repeat_penalty_mode": "sideways"}),
             "repeat_penalty_mode",
         ),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
     ] {
         let r = post(addr, "/explain", &body(extra.clone()));
         assert_error(&r, 400, Some(param));
