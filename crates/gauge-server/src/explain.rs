@@ -209,10 +209,11 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
     let (prep, ctrl, normalized) = tokio::task::spawn_blocking(move || {
         // The companions below are rebuilt from the sampling fields alone, so a grammar would
         // constrain the request's chain but not them: refused rather than half applied.
-        if let Some(c) = value
-            .as_object()
-            .and_then(|o| gauge_grammar::ConstraintRequest::from_request(o).ok().flatten())
-        {
+        if let Some(c) = value.as_object().and_then(|o| {
+            gauge_grammar::ConstraintRequest::from_request(o)
+                .ok()
+                .flatten()
+        }) {
             return Err(ApiError::invalid(
                 Some(&c.field),
                 "/explain does not apply grammar constraints; ask /completion or \

@@ -153,7 +153,14 @@ pub fn build_c_file(source: &Path, out: &Path, kind: GaugeLib) {
     }
     // The C++ runtime (libllama is C++), OpenMP (ggml's thread pool: the workspace builds
     // llama.cpp with GGML_OPENMP), and what a Rust staticlib needs.
-    cmd.args(["-lstdc++", "-fopenmp", "-lm", "-lpthread", "-ldl", "-lgcc_s"]);
+    cmd.args([
+        "-lstdc++",
+        "-fopenmp",
+        "-lm",
+        "-lpthread",
+        "-ldl",
+        "-lgcc_s",
+    ]);
     let res = cmd.output().expect("running the C compiler (cc)");
     assert!(
         res.status.success(),
