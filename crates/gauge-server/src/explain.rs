@@ -216,8 +216,11 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
         }) {
             return Err(ApiError::invalid(
                 Some(&c.field),
-                "/explain does not apply grammar constraints; ask /completion or \
-                 /v1/chat/completions for constrained output",
+                format!(
+                    "`{}`: /explain does not apply grammar constraints; ask /completion or \
+                     /v1/chat/completions for constrained output",
+                    c.field
+                ),
             ));
         }
         let prep = prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars)?;
