@@ -11,7 +11,6 @@ use super::raw::{RawLine, RawZeroPoint, RunDir};
 use super::{finish, natural_shift, ProbeConfig, ProbeSummary, Role};
 use crate::error::LabError;
 use crate::run::{Grid, RunSpec};
-use crate::stats::repeats;
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -204,22 +203,15 @@ impl ExternalProbe {
                     "present for the zero-point run (c = 0, θ = 1) only",
                 ));
             }
-            let prompt = &self.prompts[p];
-            lines.push(RawLine {
-                chunk: k,
-                prefix: p,
-                run,
-                role: spec.role,
-                op: spec.op,
-                theta: spec.theta,
-                c: spec.c,
-                prompt: prompt.clone(),
-                repeats: repeats(prompt, &r.tokens),
-                tokens: r.tokens,
-                forward_tokens: r.forward_tokens,
-                naive_forward_tokens: (prompt.len() + self.cfg.tokens - 1) as u64,
-                zero_point: r.zero_point,
-            });
+            lines.push(RawLine::of_run(
+                (k, p, run),
+                spec,
+                &self.prompts[p],
+                r.tokens,
+                r.forward_tokens,
+                self.cfg.tokens,
+                r.zero_point,
+            ));
         }
         self.dir.log_mut().append(lines)
     }

@@ -43,7 +43,6 @@ use crate::run::resume::{write_atomic, write_json, ChunkRunner};
 use crate::run::Grid;
 use crate::run::{Codec, RunControl, RunSpec};
 use crate::stack::Stack;
-use crate::stats::repeats;
 use gauge_engine::LogitSource;
 use gauge_sampling::TokenId;
 use indicatif::ProgressBar;
@@ -357,21 +356,15 @@ fn run_chunk(
     for (((p, s), res), zps) in range.zip(specs).zip(results).zip(obs.zp) {
         let prompt = &prompts[p];
         for (run, ((spec, r), zp)) in s.iter().zip(res).zip(zps).enumerate() {
-            lines.push(RawLine {
-                chunk: k,
-                prefix: p,
-                run,
-                role: spec.role,
-                op: spec.op,
-                theta: spec.theta,
-                c: spec.c,
-                prompt: prompt.clone(),
-                repeats: repeats(prompt, &r.tokens),
-                tokens: r.tokens,
-                forward_tokens: r.forward_tokens,
-                naive_forward_tokens: (prompt.len() + cfg.tokens - 1) as u64,
-                zero_point: zp,
-            });
+            lines.push(RawLine::of_run(
+                (k, p, run),
+                spec,
+                prompt,
+                r.tokens,
+                r.forward_tokens,
+                cfg.tokens,
+                zp,
+            ));
         }
     }
     Ok(lines)

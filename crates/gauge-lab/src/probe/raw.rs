@@ -5,7 +5,8 @@ use crate::error::LabError;
 use crate::ops::Op;
 use crate::probe::config::{ProbeConfig, Role};
 use crate::run::resume::{open_run_dir, ChunkLine, ChunkLog};
-use crate::run::Grid;
+use crate::run::{Grid, RunSpec};
+use crate::stats::repeats;
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -50,6 +51,34 @@ pub struct RawLine {
 }
 
 impl RawLine {
+    /// The line of run `run` of `spec` on prefix `prefix` (chunk `chunk`), whoever decoded it:
+    /// llama.cpp through [`super::run_probe_with`] or a Python stack through `ExternalProbe`.
+    pub(crate) fn of_run(
+        (chunk, prefix, run): (usize, usize, usize),
+        spec: &RunSpec<Role>,
+        prompt: &[TokenId],
+        tokens: Vec<TokenId>,
+        forward_tokens: u64,
+        max_tokens: usize,
+        zero_point: Option<RawZeroPoint>,
+    ) -> RawLine {
+        RawLine {
+            chunk,
+            prefix,
+            run,
+            role: spec.role,
+            op: spec.op,
+            theta: spec.theta,
+            c: spec.c,
+            prompt: prompt.to_vec(),
+            repeats: repeats(prompt, &tokens),
+            tokens,
+            forward_tokens,
+            naive_forward_tokens: (prompt.len() + max_tokens - 1) as u64,
+            zero_point,
+        }
+    }
+
     /// The natural (own-median) phase is resumed separately from the flip phase.
     pub fn is_natural(&self) -> bool {
         self.role == Role::ZpNatural
