@@ -3,9 +3,6 @@ transformers loading it, and the safetensors folder vLLM needs, converted once a
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -31,45 +28,22 @@ def gguf_path() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def _ref(gguf: Path):
+    from gauge_sampling.lab.models import ModelRef
+
+    return ModelRef(label=gguf.stem, gguf=gguf, folder=None)
+
+
 def load_hf(gguf: Path):
     """(model, tokenizer) from the GGUF, weights dequantized to float32, in eval mode."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from gauge_sampling.lab.models import load_hf as load
 
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    model.eval()
-    return model, tok
-
-
-def _cache_root() -> Path:
-    home = os.environ.get("GAUGE_HOME")
-    return Path(home) if home else Path.home() / ".cache" / "gauge"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return load(_ref(gguf), "float32", "cpu")
 
 
 def safetensors_dir(gguf: Path) -> Path:
-    """The GGUF as an HF safetensors folder (float32) for vLLM, cached by the GGUF's hash."""
-    target = _cache_root() / "hf-converted" / f"{gguf.stem}-{_sha256(gguf)[:16]}"
-    if (target / "config.json").exists():
-        return target
-    model, tok = load_hf(gguf)
-    # A GGUF-loaded model refuses save_pretrained ("not serializable"); its weights are plain
-    # float32 tensors by now, so dropping the quantizer records makes it save as a normal model.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.is_quantized = False
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    tmp.rename(target)
-    return target
+    """The GGUF as an HF safetensors folder (float32) for vLLM, converted once and cached by the
+    package (``gauge_sampling.lab.models.hf_folder``)."""
+    from gauge_sampling.lab.models import hf_folder
+
+    return hf_folder(_ref(gguf))

@@ -5,20 +5,20 @@
 //! HumanEval is the registry's `humaneval` entry (pulled on first use) unless `--data` names a
 //! file. Re-running the same command resumes a killed run.
 
+use crate::run_args::RunArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use gauge_engine::{resolve_data, LlamaSource, Model, ModelOptions};
+use gauge_engine::{resolve_data, LlamaSource, ModelOptions};
 use gauge_lab::delim::{humaneval, render_delim_table, run_delim, DelimConfig};
 use gauge_lab::ops::Op;
-use gauge_lab::{Codec, Grid, RunControl};
+use gauge_lab::{Codec, Grid};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct DelimArgs {
-    /// Registry name (pulled on first use) or path to a GGUF file.
-    #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
-    pub model: String,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Use the first N HumanEval problems.
     #[arg(long, default_value_t = 40)]
     pub prompts: usize,
@@ -43,22 +43,9 @@ pub struct DelimArgs {
     /// HumanEval JSONL(.gz) file (default: the registry's `humaneval` entry).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Results root; the run goes to <out>/<run-id>/.
-    #[arg(long, default_value = "results")]
-    pub out: PathBuf,
-    /// Print the summary JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 32)]
     pub n_seq_max: u32,
-    /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
-    /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
-    #[arg(long, short = 't', default_value_t = 0)]
-    pub threads: u32,
-    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
-    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
-    pub n_gpu_layers: u32,
 }
 
 pub fn run(args: &DelimArgs) -> Result<()> {
@@ -71,7 +58,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
             }
         }
     }
-    let label = args.model.clone();
+    let label = args.run.model.clone();
     let mut cfg = if args.full {
         DelimConfig::full_grid(&label)
     } else {
@@ -104,16 +91,10 @@ pub fn run(args: &DelimArgs) -> Result<()> {
             tasks.len()
         );
     }
-    let model = Arc::new(
-        Model::open(
-            &args.model,
-            ModelOptions {
-                n_gpu_layers: args.n_gpu_layers,
-                ..ModelOptions::default()
-            },
-        )
-        .with_context(|| format!("loading model {}", args.model))?,
-    );
+    let model = args.run.open_model(ModelOptions {
+        n_gpu_layers: args.run.n_gpu_layers,
+        ..ModelOptions::default()
+    })?;
     // Context per sequence: the longest prompt (tokenized as the analysis will) plus the
     // generated tokens.
     let mut longest = 0;
@@ -125,22 +106,12 @@ pub fn run(args: &DelimArgs) -> Result<()> {
         );
     }
     let n_ctx = u32::try_from(longest + cfg.tokens + 1)?.next_multiple_of(256);
-    let opts = ModelOptions {
-        n_ctx,
-        n_seq_max: args.n_seq_max,
-        n_threads: crate::cmd_probe::batch_threads(args.threads),
-        n_batch: 512,
-        n_gpu_layers: args.n_gpu_layers,
-        ..Default::default()
-    };
+    let opts = args.run.model_options(n_ctx, args.n_seq_max);
     let mut src = LlamaSource::with_options(Arc::clone(&model), &opts)?;
-    let ctl = RunControl {
-        progress: true,
-        ..RunControl::default()
-    };
+    let ctl = crate::run_args::interactive();
     let t0 = std::time::Instant::now();
-    let summary = run_delim(&mut src, model.as_ref(), &tasks, &cfg, &args.out, &ctl)?;
-    if args.json {
+    let summary = run_delim(&mut src, model.as_ref(), &tasks, &cfg, &args.run.out, &ctl)?;
+    if args.run.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", render_delim_table(&summary));
@@ -148,7 +119,7 @@ pub fn run(args: &DelimArgs) -> Result<()> {
     eprintln!(
         "delim: {:.1} s; report and raw records in {}",
         t0.elapsed().as_secs_f64(),
-        gauge_lab::delim::delim_run_dir(&args.out, &cfg).display()
+        gauge_lab::delim::delim_run_dir(&args.run.out, &cfg).display()
     );
     Ok(())
 }

@@ -1,22 +1,21 @@
 //! `gauge json`: A2, schema-valid JSON under repetition penalties, on a real model.
 
 use crate::cmd_probe::{note_gauge_decided, parse_stacks};
-use anyhow::{bail, Context, Result};
+use crate::run_args::RunArgs;
+use anyhow::{bail, Result};
 use clap::Args;
-use gauge_engine::{LlamaSource, Model, ModelOptions};
+use gauge_engine::LlamaSource;
 use gauge_lab::json::{
     compare_json_runs, json_run_dir, render_json_table, run_json, run_json_constrained, JsonConfig,
 };
 use gauge_lab::ops::Op;
-use gauge_lab::{Grid, RunControl};
-use std::path::PathBuf;
+use gauge_lab::Grid;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct JsonArgs {
-    /// Registry name (pulled on first use) or path to a GGUF file.
-    #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
-    pub model: String,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Use the first N of the note's 200 JSONSchemaBench schemas.
     #[arg(long, default_value_t = 200)]
     pub schemas: usize,
@@ -35,22 +34,9 @@ pub struct JsonArgs {
     /// Send the prompt as is instead of through the model's chat template.
     #[arg(long)]
     pub no_chat: bool,
-    /// Results root; the run goes to <out>/<run-id>/.
-    #[arg(long, default_value = "results")]
-    pub out: PathBuf,
-    /// Print the summary JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 64)]
     pub n_seq_max: u32,
-    /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
-    /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
-    #[arg(long, short = 't', default_value_t = 0)]
-    pub threads: u32,
-    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
-    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
-    pub n_gpu_layers: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
     /// chain, the note's A2 llama.cpp driver, for ctrl and subtractive; normalized stays on gauge's
     /// operator).
@@ -74,7 +60,7 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         }
     }
     let base = JsonConfig {
-        model: args.model.clone(),
+        model: args.run.model.clone(),
         schemas: args.schemas,
         thetas: args.theta.clone(),
         ops,
@@ -94,26 +80,14 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         c.fit_batch(args.n_seq_max as usize);
         cfgs.push(c);
     }
-    let opts = ModelOptions {
-        n_ctx: 2048,
-        n_seq_max: args.n_seq_max,
-        n_threads: crate::cmd_probe::batch_threads(args.threads),
-        n_batch: 512,
-        n_gpu_layers: args.n_gpu_layers,
-        ..Default::default()
-    };
-    let model = Arc::new(
-        Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
-    );
+    let opts = args.run.model_options(2048, args.n_seq_max);
+    let model = args.run.open_model(opts)?;
     let chat = !args.no_chat && model.has_chat_template();
     for c in &mut cfgs {
         c.chat_template = chat;
     }
     let mut src = LlamaSource::new(Arc::clone(&model))?;
-    let ctl = RunControl {
-        progress: true,
-        ..RunControl::default()
-    };
+    let ctl = crate::run_args::interactive();
     let grammar_vocab = if args.constrained {
         Some(crate::constraint_args::model_vocab(&model)?)
     } else {
@@ -123,10 +97,10 @@ pub fn run(args: &JsonArgs) -> Result<()> {
     for cfg in &cfgs {
         let t0 = std::time::Instant::now();
         let summary = match &grammar_vocab {
-            Some(v) => run_json_constrained(&mut src, model.as_ref(), cfg, &args.out, &ctl, v)?,
-            None => run_json(&mut src, model.as_ref(), cfg, &args.out, &ctl)?,
+            Some(v) => run_json_constrained(&mut src, model.as_ref(), cfg, &args.run.out, &ctl, v)?,
+            None => run_json(&mut src, model.as_ref(), cfg, &args.run.out, &ctl)?,
         };
-        if !args.json {
+        if !args.run.json {
             print!("{}", render_json_table(&summary));
         }
         eprintln!(
@@ -134,20 +108,20 @@ pub fn run(args: &JsonArgs) -> Result<()> {
             cfg.sampler,
             t0.elapsed().as_secs_f64(),
             if chat { "yes" } else { "no" },
-            json_run_dir(&args.out, cfg).display()
+            json_run_dir(&args.run.out, cfg).display()
         );
         summaries.push(summary);
     }
     let agreement = if cfgs.len() == 2 {
-        let (n, same, verdict) = compare_json_runs(&args.out, &cfgs[0], &cfgs[1])?;
-        if !args.json {
+        let (n, same, verdict) = compare_json_runs(&args.run.out, &cfgs[0], &cfgs[1])?;
+        if !args.run.json {
             println!("cross-stack ({} vs {}): {same}/{n} outputs token-identical, {verdict}/{n} with the same verdict", cfgs[0].sampler, cfgs[1].sampler);
         }
         Some(serde_json::json!({ "outputs": n, "identical": same, "same_verdict": verdict }))
     } else {
         None
     };
-    if args.json {
+    if args.run.json {
         if summaries.len() == 1 {
             println!("{}", serde_json::to_string_pretty(&summaries[0])?);
         } else {

@@ -7,20 +7,19 @@
 //! logit-bias c on every token → penalties → greedy); `--sampler gauge,llama-cpp` runs both stacks
 //! on the same model and prints both tables and their token-for-token agreement.
 
-use anyhow::{bail, Context, Result};
+use crate::run_args::RunArgs;
+use anyhow::{bail, Result};
 use clap::Args;
-use gauge_engine::{LlamaSource, Model, ModelOptions};
+use gauge_engine::LlamaSource;
 use gauge_lab::ops::Op;
 use gauge_lab::stack::Stack;
 use gauge_lab::{render_table, Grid, ProbeConfig};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
-    /// Registry name (pulled on first use) or path to a GGUF file.
-    #[arg(long, short = 'm', default_value = "smollm2-135m-instruct")]
-    pub model: String,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Use the first N of the note's 200 WikiText-103 prefixes.
     #[arg(long, default_value_t = 20)]
     pub prefixes: usize,
@@ -49,37 +48,14 @@ pub struct ProbeArgs {
     /// The note's full A1 grid: 200 prefixes × 200 tokens, θ ∈ {1, 1.1, 1.3, 1.5}, three ops.
     #[arg(long, conflicts_with_all = ["prefixes", "tokens", "theta"])]
     pub full: bool,
-    /// Results root; the run goes to <out>/<run-id>/.
-    #[arg(long, default_value = "results")]
-    pub out: PathBuf,
-    /// Print the summary JSON on stdout (progress still goes to stderr).
-    #[arg(long)]
-    pub json: bool,
     /// Parallel sequences per llama.cpp context.
     #[arg(long, default_value_t = 256)]
     pub n_seq_max: u32,
-    /// llama.cpp decode threads (0 = all cores, llama.cpp's own default; give fewer on a busy
-    /// machine, where ggml's spinning threads slow down sharply when they outnumber free cores).
-    #[arg(long, short = 't', default_value_t = 0)]
-    pub threads: u32,
-    /// Layers offloaded to the GPU (llama.cpp's `-ngl`; needs a GPU build).
-    #[arg(long, visible_alias = "gpu-layers", default_value_t = 0)]
-    pub n_gpu_layers: u32,
     /// Who decides, comma-separated: gauge (gauge's operators) and/or llama-cpp (llama.cpp's own
     /// logit-bias → penalties → greedy chain for ctrl and subtractive; normalized, which llama.cpp
     /// lacks, stays on gauge's operator).
     #[arg(long, default_value = "gauge", value_delimiter = ',')]
     pub sampler: Vec<String>,
-}
-
-/// Threads for the lab's batch jobs: `0` = every available core. The engine's own auto leaves one
-/// core free for interactive use; a probe is a batch job that owns the machine, and on 2 cores the
-/// second thread makes the full grid 1.8× faster (docs/results.md).
-pub fn batch_threads(requested: u32) -> u32 {
-    if requested > 0 {
-        return requested;
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 /// Parse `--sampler` (distinct stacks, in the given order).
@@ -117,11 +93,11 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
             }
         }
     }
-    let label = model_label(&args.model);
+    let label = args.run.model_label();
     let mut cfg = if args.full {
         ProbeConfig {
             model: label,
-            ..ProbeConfig::full_grid(&args.model)
+            ..ProbeConfig::full_grid(&args.run.model)
         }
     } else {
         ProbeConfig {
@@ -151,24 +127,15 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
 
     // Context per sequence: the longest prefix plus the generated tokens, with room to spare.
     let n_ctx = (cfg.tokens as u32 + 256).next_multiple_of(256);
-    let opts = ModelOptions {
-        n_ctx,
-        n_seq_max: args.n_seq_max,
-        n_threads: crate::cmd_probe::batch_threads(args.threads),
-        n_batch: 512,
-        n_gpu_layers: args.n_gpu_layers,
-        ..Default::default()
-    };
-    let model = Arc::new(
-        Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
-    );
+    let opts = args.run.model_options(n_ctx, args.n_seq_max);
+    let model = args.run.open_model(opts)?;
     let mut src = LlamaSource::new(Arc::clone(&model))?;
     let mut summaries = Vec::new();
     for cfg in &cfgs {
         let t0 = std::time::Instant::now();
-        let summary = gauge_lab::run_probe(&mut src, model.as_ref(), cfg, &args.out, true)?;
-        let dir = gauge_lab::probe::run_dir(&args.out, cfg);
-        if !args.json {
+        let summary = gauge_lab::run_probe(&mut src, model.as_ref(), cfg, &args.run.out, true)?;
+        let dir = gauge_lab::probe::run_dir(&args.run.out, cfg);
+        if !args.run.json {
             print!("{}", render_table(&summary));
         }
         eprintln!(
@@ -180,8 +147,8 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         summaries.push(summary);
     }
     let agreement = if cfgs.len() == 2 {
-        let a = gauge_lab::probe::compare_probe_runs(&args.out, &cfgs[0], &cfgs[1])?;
-        if !args.json {
+        let a = gauge_lab::probe::compare_probe_runs(&args.run.out, &cfgs[0], &cfgs[1])?;
+        if !args.run.json {
             println!(
                 "cross-stack ({} vs {}): {}/{} runs token-identical, {} of {} positions differ{}",
                 cfgs[0].sampler,
@@ -200,7 +167,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     } else {
         None
     };
-    if args.json {
+    if args.run.json {
         if summaries.len() == 1 && agreement.is_none() {
             println!("{}", serde_json::to_string_pretty(&summaries[0])?);
         } else {
@@ -209,16 +176,4 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The label reports use for a model: the registry name, or a file's stem.
-pub fn model_label(model: &str) -> String {
-    let p = std::path::Path::new(model);
-    if p.extension().is_some_and(|e| e == "gguf") {
-        p.file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| model.to_string())
-    } else {
-        model.to_string()
-    }
 }

@@ -15,6 +15,7 @@ mod cmd_probe;
 mod cmd_replay;
 mod cmd_serve;
 mod constraint_args;
+mod run_args;
 mod sampling_args;
 
 use clap::{Parser, Subcommand};

@@ -10,6 +10,7 @@ use gauge_engine::{Model, ModelOptions, Registry, DEFAULT_MODEL};
 use gauge_grammar::{
     constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab,
 };
+use gauge_sampling::order::DEFAULT_ORDER;
 use gauge_sampling::params::{LogitBias, TokenRef};
 use gauge_sampling::samplers::penalties::PenaltyMode;
 use gauge_sampling::{Chain, SamplerType, SamplingError, SamplingParams};
@@ -65,18 +66,7 @@ fn constraints() -> Vec<ConstraintRequest> {
 
 /// Random sampler parameters: every stage reachable, the order shuffled.
 fn params() -> impl Strategy<Value = SamplingParams> {
-    let order = Just(vec![
-        SamplerType::Penalties,
-        SamplerType::Dry,
-        SamplerType::TopNSigma,
-        SamplerType::TopK,
-        SamplerType::TypicalP,
-        SamplerType::TopP,
-        SamplerType::MinP,
-        SamplerType::Xtc,
-        SamplerType::Temperature,
-    ])
-    .prop_shuffle();
+    let order = Just(DEFAULT_ORDER.to_vec()).prop_shuffle();
     (
         (
             prop_oneof![Just(0.0f32), 0.05f32..3.0],
