@@ -41,5 +41,38 @@ fn chains(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, chains);
+/// The repeat penalty's two operators in llama.cpp's default chain (θ = 1.3 over the last 64
+/// tokens): `ctrl`, `normalized` as it runs (its log-softmax a pending overlay transform), and
+/// `normalized` on the fill path (what every token paid before the transform existed).
+fn penalty_modes(c: &mut Criterion) {
+    for n_vocab in [49_152usize, 151_936] {
+        let rows = normal_rows(n_vocab, 8, 3.0, 42);
+        let history = bench_history(n_vocab);
+        let mut group = c.benchmark_group(format!("penalty/{n_vocab}"));
+        group.sample_size(30);
+        for (name, mode, fast) in [
+            ("ctrl", "ctrl", true),
+            ("normalized", "normalized", true),
+            ("normalized-fill", "normalized", false),
+        ] {
+            let json = serde_json::json!({"seed": 42, "repeat_penalty": 1.3, "repeat_last_n": 64,
+                "repeat_penalty_mode": mode});
+            let mut chain = build(name, &json, n_vocab).with_fast_path(fast);
+            for &t in &history {
+                chain.accept_prompt(t);
+            }
+            let mut i = 0usize;
+            group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter(|| {
+                    let t = chain.sample(&rows[i % rows.len()]).expect("sample");
+                    i += 1;
+                    t
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, chains, penalty_modes);
 criterion_main!(benches);

@@ -1,5 +1,5 @@
 //! The logit row before the first dense stage: the caller's row plus a few edited entries and at
-//! most two pending whole-row transforms.
+//! most three pending whole-row transforms.
 //!
 //! llama.cpp fills a `(id, logit, p)` array for the whole vocabulary before the first sampler runs:
 //! at 152k tokens that fill alone costs more than the rest of the default chain. But the stages that
@@ -9,9 +9,10 @@
 //! directly. The result is bit-identical to filling first (each edit computes the same f32 from the
 //! same input), and the slow path (`materialize`) is always available.
 //!
-//! Two kinds of dense stage are cheap to describe without touching the row, so they are recorded
+//! Three kinds of dense stage are cheap to describe without touching the row, so they are recorded
 //! as pending [`Transform`]s instead of being applied: plain temperature (`x / t`, per element,
-//! the same f32 division) and threshold masks. Readers apply them in the order they were recorded.
+//! the same f32 division), the normalized penalty's log-softmax (`(x - max) - lse`, per element,
+//! once the stage has summed the row) and threshold masks. Readers apply them in the order they were recorded.
 //! An edit remembers how many transforms existed when it was written: a stage after a transform
 //! writes the final value, so later reads apply only the transforms recorded after it. This keeps
 //! `get`, the scanning kernels and `materialize` exactly equal to running the stages one by one on
@@ -30,6 +31,7 @@
 use std::sync::OnceLock;
 
 use crate::candidates::{Candidates, TokenId};
+use crate::samplers::penalties::shifted_log_prob;
 
 /// A whole-row operation recorded instead of applied (see the module docs).
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +41,9 @@ pub(crate) enum Transform {
     /// A mask whose `cut` is not yet computed but known to lie in `[lo, hi]` (recorded with
     /// [`Overlay::push_lazy_mask`], which keeps the function that computes the cut).
     LazyMask { lo: f32, hi: f32 },
+    /// The normalized penalty's log-softmax, `(x - max) - lse` with the row's max and
+    /// log-sum-exp ([`shifted_log_prob`]): per element, so it need not be written out.
+    LogProb { max: f32, lse: f64 },
 }
 
 /// The exact cut of a lazy mask, computed on first need by the stage's own function from the
@@ -77,9 +82,10 @@ impl StageValues<'_> {
     }
 }
 
-/// How many transforms may be pending at once. Two covers `temp` before mirostat and a mask before
-/// top-k; a stage that would need a third simply runs on the filled array.
-pub(crate) const MAX_TRANSFORMS: usize = 2;
+/// How many transforms may be pending at once. Three covers the normalized penalty's log-softmax,
+/// then `temp` before mirostat or a mask before top-k; a stage that would need a fourth simply
+/// runs on the filled array.
+pub(crate) const MAX_TRANSFORMS: usize = 3;
 
 /// Reusable storage for sparse edits over a row of `n` logits. Lookups are O(1) through a
 /// generation-stamped slot table, so clearing between steps is O(edits), not O(n).
@@ -140,6 +146,7 @@ impl Overlay {
     fn apply_one(&self, t: Transform, x: f32, row: &[f32]) -> f32 {
         match t {
             Transform::Div(d) => x / d,
+            Transform::LogProb { max, lse } => shifted_log_prob(x, max, lse),
             Transform::LazyMask { lo, hi, .. } => {
                 if x >= hi || (x >= lo && x >= self.lazy_cut(row)) {
                     x
@@ -248,6 +255,12 @@ impl Overlay {
         self.n_xf as usize
     }
 
+    /// Whether any entry has been edited.
+    #[inline]
+    pub(crate) fn has_edits(&self) -> bool {
+        !self.edits.is_empty()
+    }
+
     /// Whether any transform is pending (readers of raw row blocks must then transform them).
     #[inline]
     pub(crate) fn has_transforms(&self) -> bool {
@@ -273,8 +286,13 @@ impl Overlay {
         let bits = self.edits.iter().fold(bits, |m, e| m.max(abs_bits(e.1)));
         let mut m = f32::from_bits(bits);
         for t in self.transforms() {
-            if let Transform::Div(d) = t {
-                m = (m / d).max(m);
+            match t {
+                Transform::Div(d) => m = (m / d).max(m),
+                // |(x - max) - lse| <= |x| + |max| + lse (lse >= 0), rounded up generously.
+                Transform::LogProb { max, lse } => {
+                    m = m.max((m + max.abs() + lse as f32) * (1.0 + f32::EPSILON * 4.0))
+                }
+                Transform::LazyMask { .. } => {}
             }
         }
         m
@@ -387,6 +405,9 @@ impl Overlay {
         for t in self.xf[..upto as usize].iter().flatten() {
             match *t {
                 Transform::Div(d) => buf[..n].iter_mut().for_each(|x| *x /= d),
+                Transform::LogProb { max, lse } => buf[..n]
+                    .iter_mut()
+                    .for_each(|x| *x = shifted_log_prob(*x, max, lse)),
                 t @ Transform::LazyMask { .. } => buf[..n]
                     .iter_mut()
                     .for_each(|x| *x = self.apply_one(t, *x, row)),
@@ -439,18 +460,19 @@ mod tests {
         let row = [4.0f32, -2.0, 1.0, 8.0];
         let mut ov = Overlay::default();
         ov.reset(row.len());
-        ov.set(0, 2.0); // before the division: read as 2 / 2
+        ov.set(0, 2.0); // before the transforms: read as ((2 - 0) - 1) / 2
+        assert!(ov.push_transform(Transform::LogProb { max: 0.0, lse: 1.0 }));
         assert!(ov.push_transform(Transform::Div(2.0)));
-        ov.set(1, 5.0); // after it: final
-                        // a mask at 1.0 (its band a single point; the cut function returns its argument)
+        ov.set(1, 5.0); // after them: final
+                        // a mask at 0.25 (its band a single point; the cut function returns its argument)
         let at = |_: &StageValues<'_>, c: f32| -> f32 { c };
-        assert!(ov.push_lazy_mask(1.0, 1.0, LazyCut { f: at, arg: 1.0 }));
+        assert!(ov.push_lazy_mask(0.25, 0.25, LazyCut { f: at, arg: 0.25 }));
         assert!(
             !ov.push_transform(Transform::Div(3.0)),
-            "at most two pending"
+            "at most three pending"
         );
         let got: Vec<f32> = (0..4).map(|i| ov.get(&row, i)).collect();
-        assert_eq!(got, [1.0, 5.0, f32::NEG_INFINITY, 4.0]);
+        assert_eq!(got, [0.5, 5.0, f32::NEG_INFINITY, 3.5]);
         let mut c = Candidates::new();
         ov.materialize(&row, &mut c);
         let filled: Vec<f32> = c.as_slice().iter().map(|t| t.logit).collect();

@@ -346,3 +346,43 @@ fn an_entry_edited_before_and_after_the_sigma_mask_keeps_the_masks_cut() {
         }
     }
 }
+
+/// gauge's normalized penalty records its log-softmax as a pending transform; every reader after
+/// it (top-k, top-n-sigma's band, mirostat, dist, greedy, custom orders with a division or an edit
+/// before it) must see exactly what the filled array holds.
+#[test]
+fn normalized_penalty_chains_match_the_fill_path() {
+    let n_vocab = 6000;
+    let history: Vec<i32> = (0..48).map(|i| i * 13 % 97).collect();
+    let base = serde_json::json!({"repeat_penalty_mode": "normalized", "repeat_penalty": 1.3,
+        "repeat_last_n": 64, "logit_bias": [[1, 3.0], [2, false], [13, -1.5]]});
+    let cases = [
+        serde_json::json!({"seed": 1}),
+        serde_json::json!({"temperature": 0.0}),
+        serde_json::json!({"seed": 2, "mirostat": 2, "mirostat_tau": 4.0, "temperature": 0.8}),
+        serde_json::json!({"seed": 3, "mirostat": 1, "temperature": 0.9}),
+        serde_json::json!({"seed": 4, "top_n_sigma": 1.5, "top_k": 0, "temperature": 0.7}),
+        serde_json::json!({"seed": 5, "top_n_sigma": 2.0, "top_k": 30, "frequency_penalty": 0.2,
+            "presence_penalty": 0.3, "min_p": 0.05, "typical_p": 0.9, "xtc_probability": 1.0,
+            "xtc_threshold": 0.1, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2,
+            "dry_penalty_last_n": 64, "dry_sequence_breaker_ids": [[13], [25]]}),
+        serde_json::json!({"seed": 6, "samplers": ["temperature", "penalties", "top_k"], "temperature": 0.6, "top_k": 50}),
+        serde_json::json!({"seed": 7, "samplers": ["top_n_sigma", "temperature", "penalties", "top_k"],
+            "top_n_sigma": 1.0, "temperature": 1.4, "top_k": 8}),
+        serde_json::json!({"seed": 8, "samplers": ["penalties", "temperature"], "temperature": 0.5}),
+    ];
+    for (si, &shape) in SHAPES.iter().enumerate() {
+        let rows = rows(n_vocab, 3, 1300 + si as u64, shape);
+        for case in &cases {
+            let mut json = base.clone();
+            json.as_object_mut()
+                .unwrap()
+                .extend(case.as_object().unwrap().clone());
+            let chain = chain_for(&json, n_vocab);
+            let name = format!("normalized {case} shape={shape:?}");
+            // dist over the whole vocabulary keeps only the selected candidate on the fast path
+            let whole = case["samplers"] == serde_json::json!(["penalties", "temperature"]);
+            assert_same_run(&name, &chain, &rows, &history, 12, !whole);
+        }
+    }
+}

@@ -66,6 +66,29 @@ pub fn current_max(row: &[f32], ov: &Overlay) -> Option<f32> {
     (!bad).then_some(m)
 }
 
+/// The current values of "row + overlay" in id order, into `out` (what a filled array would hold;
+/// `ov` must be prepared). A stage that sums the whole row reads them here instead of filling.
+pub fn current_values(row: &[f32], ov: &Overlay, out: &mut Vec<f32>) {
+    out.clear();
+    out.reserve(row.len());
+    let mut vbuf = [0.0f32; CHUNK];
+    for_spans(row, ov, |start, span, edited| {
+        if !edited && !ov.has_transforms() {
+            out.extend_from_slice(span);
+            return;
+        }
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            out.extend_from_slice(ov.current_block(
+                row,
+                start + i * CHUNK,
+                block,
+                edited,
+                &mut vbuf,
+            ));
+        }
+    });
+}
+
 /// dist's weights over "row + overlay": `w[i] = expf(v_i - max)` (f32) for every id in order, into
 /// `w`, and their f64 sum in the same order, exactly as `dist` computes them on the filled array.
 pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64 {

@@ -47,13 +47,17 @@
 //!
 //! `normalized` needs the whole row and is O(vocab): one pass for the max, one vectorised
 //! log-sum-exp pass (see `log_sum_exp_offset`), one write pass; about 0.5 ms at 262k entries on
-//! the reference machine, against about 1.2 ms with libm `expf` and a serial sum.
+//! the reference machine, against about 1.2 ms with libm `expf` and a serial sum. In a chain the
+//! write pass is not made: `apply_sparse` records the log-softmax as a pending overlay transform
+//! (`(z - max) - lse` per entry), which the next dense stage applies as it reads the row.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::candidates::{Candidates, TokenData, TokenId};
-use crate::overlay::Overlay;
+use crate::kernels::reduce::current_values;
+use crate::kernels::span_max;
+use crate::overlay::{Overlay, Transform, MAX_TRANSFORMS};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
 
@@ -313,6 +317,8 @@ pub struct Penalties {
     ring: VecDeque<TokenId>,
     /// Count of every non-exempt token inside the window; entries are removed at 0.
     counts: IdMap<u32>,
+    /// The row's current values, when normalized mode must sum a row that already carries edits.
+    values: Vec<f32>,
 }
 
 /// Build the stage as llama.cpp's init does (a `?penalties` placeholder when disabled).
@@ -333,6 +339,7 @@ impl Penalties {
             cfg,
             ring: VecDeque::new(),
             counts: IdMap::default(),
+            values: Vec::new(),
         }
     }
 
@@ -423,6 +430,57 @@ impl Penalties {
     }
 }
 
+impl Penalties {
+    /// `apply_normalized` on "row + overlay": the log-softmax over the current values is recorded
+    /// as a pending [`Transform::LogProb`] (the same max, the same sum in the same order, so the
+    /// same f32 per entry), and the seen tokens become edits after it. `false` (nothing recorded)
+    /// when no transform slot is free.
+    fn normalized_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if ov.n_transforms() >= MAX_TRANSFORMS {
+            return false;
+        }
+        let values: &[f32] = if ov.has_edits() || ov.has_transforms() {
+            ov.prepare();
+            current_values(row, ov, &mut self.values);
+            &self.values
+        } else {
+            row
+        };
+        // Lane-wise, so it vectorises; equal values are the same value except ±0, where the
+        // first one met (`apply_normalized`'s fold) decides the sign.
+        let mut max = span_max(values, &mut false);
+        if max == 0.0 {
+            max = values
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &z| if z > m { z } else { m });
+        }
+        if !max.is_finite() {
+            // As `apply_normalized`: nothing to penalise (the row check reports a +inf).
+            return true;
+        }
+        let lse = log_sum_exp_offset(values, |&z| z, max);
+        if !ov.push_transform(Transform::LogProb { max, lse }) {
+            return false;
+        }
+        let c = &self.cfg;
+        for (&id, &count) in &self.counts {
+            if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
+                let n = Self::freq_count(c.once_per_token, count);
+                let v = penalize_seen(
+                    PenaltyMode::Normalized,
+                    ov.get(row, i),
+                    c.repeat,
+                    n,
+                    c.freq,
+                    c.present,
+                );
+                ov.set(i, v);
+            }
+        }
+        true
+    }
+}
+
 impl Sampler for Penalties {
     fn name(&self) -> &str {
         "penalties"
@@ -441,12 +499,12 @@ impl Sampler for Penalties {
 
     /// The chain's sparse path: the stage's effect on the freshly filled identity layout, held as
     /// "row + edits" (see [`crate::overlay`]), with the same f32 results as `apply`, in
-    /// O(history) and without filling. Returns false and does nothing when the stage needs the whole row
-    /// (normalized mode with θ != 1); the caller then materializes the array and calls `apply`.
+    /// O(history) and without filling; normalized mode with θ != 1 adds one read of the row (its
+    /// max and log-sum-exp) and records the log-softmax as a pending transform.
     /// Ids outside the row are skipped, as no candidate carries them.
     fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
         if self.is_dense() {
-            return false;
+            return self.normalized_sparse(row, ov);
         }
         for (&id, &count) in &self.counts {
             if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
@@ -603,7 +661,11 @@ mod tests {
             .map(|i| ((i * 7919) % 41) as f32 * 0.37 - 6.0)
             .collect();
         let history = [3, 0, 5, 5, 36, 12, 3, 3, 40, -1, 9];
-        for (mode, repeat) in [(PenaltyMode::Ctrl, 1.3), (PenaltyMode::Normalized, 1.0)] {
+        for (mode, repeat) in [
+            (PenaltyMode::Ctrl, 1.3),
+            (PenaltyMode::Normalized, 1.0),
+            (PenaltyMode::Normalized, 1.3),
+        ] {
             let mut c = cfg(Window::Last(8), repeat, 0.25, 0.5);
             c.mode = mode;
             c.exempt = vec![9];
@@ -613,16 +675,54 @@ mod tests {
             }
             crate::samplers::testing::assert_sparse_matches_dense(&a, &row);
         }
-        let mut dense = Penalties::new(PenaltiesConfig {
+    }
+
+    /// Normalized mode after other sparse stages: it sums the current values (an earlier edit, a
+    /// pending division), not the raw row, and declines when no transform slot is left.
+    #[test]
+    fn normalized_overlay_path_sums_what_earlier_stages_left() {
+        let row: Vec<f32> = (0..53)
+            .map(|i| ((i * 31) % 17) as f32 * 0.9 - 4.0)
+            .collect();
+        let mut pen = Penalties::new(PenaltiesConfig {
             mode: PenaltyMode::Normalized,
-            ..cfg(Window::All, 1.3, 0.0, 0.0)
+            ..cfg(Window::All, 1.3, 0.1, 0.2)
         });
+        for t in [4, 4, 9, 52, 0] {
+            pen.accept(t);
+        }
+        let earlier = |ov: &mut Overlay| {
+            ov.reset(row.len());
+            ov.set(7, 30.0); // a logit bias
+            assert!(ov.push_transform(Transform::Div(0.5)));
+        };
+        // The reference: the same earlier effects filled, then `apply`.
         let mut ov = Overlay::default();
-        ov.reset(row.len());
-        assert!(
-            !dense.apply_sparse(&row, &mut ov),
-            "normalized with θ != 1 needs the whole row"
-        );
+        earlier(&mut ov);
+        let mut cur = Candidates::new();
+        ov.materialize(&row, &mut cur);
+        pen.clone().apply(&mut cur);
+        earlier(&mut ov);
+        assert!(pen.clone().apply_sparse(&row, &mut ov));
+        let mut via = Candidates::new();
+        ov.materialize(&row, &mut via);
+        let bits = |c: &Candidates| -> Vec<u32> {
+            c.as_slice().iter().map(|t| t.logit.to_bits()).collect()
+        };
+        assert_eq!(bits(&via), bits(&cur));
+        for i in 0..row.len() {
+            assert_eq!(
+                ov.get(&row, i).to_bits(),
+                cur.as_slice()[i].logit.to_bits(),
+                "id {i}"
+            );
+        }
+        // Every slot taken: declined, nothing recorded.
+        earlier(&mut ov);
+        assert!(ov.push_transform(Transform::Div(2.0)));
+        assert!(ov.push_transform(Transform::Div(3.0)));
+        assert!(!pen.clone().apply_sparse(&row, &mut ov));
+        assert_eq!(ov.n_transforms(), 3);
     }
 
     #[test]
