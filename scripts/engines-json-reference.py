@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = ["--schemas", "8", "--theta", "1,1.3", "--ops", "ctrl,normalized", "--max-tokens", "128", "--no-chat"]
+FLAGS = ["--schemas", "8", "--theta", "1,1.3", "--ops", "ctrl,normalized", "--max-tokens", "96", "--no-chat"]
 
 
 def main(gauge: str, f32_gguf: str) -> None:
