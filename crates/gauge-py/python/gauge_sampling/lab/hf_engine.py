@@ -95,7 +95,7 @@ class HfEngine:
         from .jsonrun import STOP_STRINGS, JsonOut, eog_ids, generated_text
 
         tok = self.tokenizer
-        eog = eog_ids(tok, self.model.config, getattr(self.model, "generation_config", None))
+        eog = eog_ids(tok, getattr(self.model, "generation_config", None))
         ended: dict[tuple[int, int], bool] = {}
 
         def stop(job: int, run: int, tokens: list[int]) -> bool:

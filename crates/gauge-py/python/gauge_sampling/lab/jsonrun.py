@@ -27,11 +27,11 @@ class JsonOut:
     forward_tokens: int
 
 
-def eog_ids(tokenizer, model_config=None, generation_config=None) -> set[int]:
+def eog_ids(tokenizer, generation_config=None) -> set[int]:
     """The stack's end-of-generation tokens: the tokenizer's EOS and the generation config's
-    (what ``generate`` and vLLM stop at)."""
+    (what ``generate`` stops at)."""
     ids: set[int] = set()
-    for src in (tokenizer, generation_config, model_config):
+    for src in (tokenizer, generation_config):
         v = getattr(src, "eos_token_id", None) if src is not None else None
         if isinstance(v, int):
             ids.add(v)
