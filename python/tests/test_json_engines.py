@@ -93,6 +93,21 @@ def check_stack(summary: dict, lines: list[dict], stack: str) -> None:
     ref = {(o["schema"], o["op"], o["theta"]): o for o in REF["outputs"]}
     assert set(ref) == set(by), "the grid of the reference"
     same = sum(by[k]["tokens"] == ref[k]["tokens"] for k in ref)
+    # The same tokens give the same stop reason and verdict: the stack's text of them is the text
+    # llama.cpp's pieces give (control tokens as nothing), and the line is gauge json's.
+    for k in ref:
+        if by[k]["tokens"] == ref[k]["tokens"]:
+            assert (by[k]["stop"], by[k]["valid"], by[k]["reason"]) == (
+                ref[k]["stop"],
+                ref[k]["valid"],
+                ref[k]["reason"],
+            ), (stack, k)
+    # An output ended by end-of-generation keeps that token, as gauge json's do.
+    eog_tokens = {o["tokens"][-1] for o in REF["outputs"] if o["stop"] == "eog"}
+    assert eog_tokens, "the reference grid has an output ended by end-of-generation"
+    for line in lines:
+        if line["stop"] == "eog":
+            assert line["tokens"][-1] in eog_tokens, line
     print(f"{stack}: {same}/{len(ref)} outputs token-identical to llama.cpp's")
     assert same >= MIN_IDENTICAL[stack], (stack, same)
     conds = {(c["op"], c["theta"]): c for c in summary["conditions"]}
