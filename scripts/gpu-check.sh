@@ -2,8 +2,8 @@
 # Run on a machine with a CUDA GPU, as it is: installs the CUDA wheels (vLLM's CUDA build with the
 # torch it pins, transformers) into .venv-gpu/, builds the gauge-sampling wheel from this checkout,
 # runs the HF and vLLM tests with every tensor on `cuda` (the v1 runner, then Model Runner V2),
-# then `python -m gauge_sampling probe` on the quick grid with both engines on cuda, and prints what
-# passed. Needs: a CUDA driver (nvidia-smi), python3 with venv, a Rust toolchain,
+# then `python -m gauge_sampling probe` on the quick grid and `json` on the 200 schemas with both
+# engines on cuda, and prints what passed. Needs: a CUDA driver (nvidia-smi), python3 with venv, a Rust toolchain,
 # and the default model (pulled by the gauge CLI on first use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,16 @@ for engine in hf vllm; do
     cat "target/gpu-check-probe-$engine.txt"
   else
     echo "FAILED: probe --engine $engine (log: target/gpu-check-probe-$engine.log)"; tail -5 "target/gpu-check-probe-$engine.log"; status=1
+  fi
+done
+# A2 on both engines on cuda: the whole 200-schema grid (gauge json's defaults).
+for engine in hf vllm; do
+  echo "== json --engine $engine --device cuda (200 schemas)"
+  if env VLLM_USE_V2_MODEL_RUNNER=0 "$VENV/bin/python" -m gauge_sampling json --engine "$engine" --device cuda \
+      --out target/gpu-check-results > "target/gpu-check-json-$engine.txt" 2> "target/gpu-check-json-$engine.log"; then
+    cat "target/gpu-check-json-$engine.txt"
+  else
+    echo "FAILED: json --engine $engine (log: target/gpu-check-json-$engine.log)"; tail -5 "target/gpu-check-json-$engine.log"; status=1
   fi
 done
 if [ $status -eq 0 ]; then echo "gpu-check: everything passed on cuda"; else echo "gpu-check: failures above (logs: target/gpu-check-*.log)"; fi

@@ -3,6 +3,8 @@
 //! Python decodes; everything else is the code `gauge probe` runs. Values cross as JSON text in
 //! the shapes of gauge-lab's serde types (`config.json`, `summary.json`).
 
+use gauge_lab::json::external::{DecodedOutput, ExternalJson};
+use gauge_lab::json::JsonConfig;
 use gauge_lab::probe::external::{DecodedRun, ExternalProbe};
 use gauge_lab::probe::ProbeConfig;
 use gauge_lab::LabError;
@@ -173,8 +175,140 @@ impl PyProbeRun {
     }
 }
 
+/// `gauge json`'s defaults as a `config.json` object (model label empty).
+#[pyfunction]
+fn json_defaults_json() -> String {
+    let cfg = JsonConfig {
+        model: String::new(),
+        ..JsonConfig::default()
+    };
+    serde_json::to_string(&cfg).unwrap_or_default()
+}
+
+/// An A2 configuration (`config.json`'s shape) checked by gauge-lab's validation (errors name
+/// the field); with `fit`, its batch fitted to `n_seq_max` live sequences as `gauge json` fits it.
+#[pyfunction]
+fn json_config_json(config_json: &str, n_seq_max: usize, fit: bool) -> PyResult<String> {
+    use gauge_lab::Grid;
+    let mut cfg: JsonConfig =
+        serde_json::from_str(config_json).map_err(|e| json_error("config", e))?;
+    cfg.validate().map_err(lab_error)?;
+    if n_seq_max == 0 {
+        return Err(PyValueError::new_err(
+            "invalid value for `n_seq_max`: 0 (allowed: >= 1)",
+        ));
+    }
+    if fit {
+        cfg.fit_batch(n_seq_max);
+    }
+    serde_json::to_string(&cfg).map_err(|e| json_error("config", e))
+}
+
+/// The note's A2 prompts: `[(manifest index, text)]`, the user message `gauge json` sends for
+/// each of the 200 schemas.
+#[pyfunction]
+fn a2_prompts() -> Vec<(usize, String)> {
+    gauge_lab::json::schema::a2_schemas()
+        .iter()
+        .map(|e| (e.index, gauge_lab::json::schema::json_prompt(e)))
+        .collect()
+}
+
+/// The stop strings of A2 (kept in the output).
+#[pyfunction]
+fn json_stop_strings() -> Vec<&'static str> {
+    gauge_lab::json::STOP_STRINGS.to_vec()
+}
+
+/// The terminal table of `gauge json` for a summary (JSON text).
+#[pyfunction]
+fn render_json_table(summary_json: &str) -> PyResult<String> {
+    let s = serde_json::from_str(summary_json).map_err(|e| json_error("summary", e))?;
+    Ok(gauge_lab::json::render_json_table(&s))
+}
+
+/// One A2 run decoded in Python: `JsonRun(out_root, config_json, prompts, n_vocab)` opens (or
+/// resumes) `out_root/<run-id>/`.
+#[pyclass(name = "JsonRun", module = "gauge_sampling")]
+pub struct PyJsonRun {
+    inner: ExternalJson,
+}
+
+#[pymethods]
+impl PyJsonRun {
+    #[new]
+    fn new(
+        out_root: PathBuf,
+        config_json: &str,
+        prompts: Vec<Vec<TokenId>>,
+        n_vocab: usize,
+    ) -> PyResult<Self> {
+        let cfg: JsonConfig =
+            serde_json::from_str(config_json).map_err(|e| json_error("config", e))?;
+        let inner = ExternalJson::open(&out_root, cfg, prompts, n_vocab).map_err(lab_error)?;
+        Ok(PyJsonRun { inner })
+    }
+
+    /// `out_root/<run-id>`.
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.inner.dir().to_path_buf()
+    }
+
+    /// The configuration (JSON text, `config.json`'s content).
+    #[getter]
+    fn config_json(&self) -> String {
+        serde_json::to_string(self.inner.config()).unwrap_or_default()
+    }
+
+    /// Chunks still to decode.
+    fn pending_chunks(&self) -> Vec<usize> {
+        self.inner.pending_chunks()
+    }
+
+    /// The schema indices of chunk `k`.
+    fn chunk_schemas(&self, k: usize) -> Vec<usize> {
+        use gauge_lab::Grid;
+        self.inner.config().chunk(k).collect()
+    }
+
+    /// The runs of every schema: JSON `[{"op", "theta", "c", "alpha"}]`.
+    fn plan_json(&self) -> String {
+        let v: Vec<serde_json::Value> = self
+            .inner
+            .plan()
+            .iter()
+            .map(
+                |s| serde_json::json!({ "op": s.op, "theta": s.theta, "c": s.c, "alpha": s.alpha }),
+            )
+            .collect();
+        serde_json::Value::Array(v).to_string()
+    }
+
+    /// Append chunk `k` durably: JSON `[{"schema", "run", "tokens", "output", "eog",
+    /// "forward_tokens"}]`, one per (schema of the chunk, run of the plan).
+    fn append_chunk(&mut self, k: usize, runs_json: &str) -> PyResult<()> {
+        let runs: Vec<DecodedOutput> =
+            serde_json::from_str(runs_json).map_err(|e| json_error("runs", e))?;
+        self.inner.append_chunk(k, runs).map_err(lab_error)
+    }
+
+    /// Summarise and write `summary.json`, `REPORT.md` and the plot; returns the summary JSON.
+    #[pyo3(signature = (plots = true))]
+    fn finish(&self, py: Python<'_>, plots: bool) -> PyResult<String> {
+        let s = py.detach(|| self.inner.finish(plots)).map_err(lab_error)?;
+        serde_json::to_string_pretty(&s).map_err(|e| json_error("summary", e))
+    }
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProbeRun>()?;
+    m.add_class::<PyJsonRun>()?;
+    m.add_function(wrap_pyfunction!(json_defaults_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json_config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(a2_prompts, m)?)?;
+    m.add_function(wrap_pyfunction!(json_stop_strings, m)?)?;
+    m.add_function(wrap_pyfunction!(render_json_table, m)?)?;
     m.add("GateFailed", m.py().get_type::<GateFailed>())?;
     m.add_function(wrap_pyfunction!(probe_grids_json, m)?)?;
     m.add_function(wrap_pyfunction!(probe_config_json, m)?)?;

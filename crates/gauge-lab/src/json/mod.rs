@@ -12,6 +12,7 @@
 //! of the ~500-token prompt), fork when their decisions differ, and leave the tree when they stop.
 //! Results are resumable per chunk of schemas (see [`crate::run::resume`]).
 
+pub mod external;
 pub mod schema;
 pub mod shape;
 
@@ -26,7 +27,7 @@ use crate::run::spec::{
     ThetaFloor, MAX_TOKENS,
 };
 use crate::run::{op_theta_plan, Codec, RunControl, RunSpec};
-use crate::stack::Stack;
+use crate::stack::{check_engine, EngineInfo, Stack};
 use crate::stats::f32_to_decimal_f64;
 use gauge_engine::LogitSource;
 use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarState, GrammarVocab};
@@ -80,6 +81,9 @@ pub struct JsonConfig {
     /// when false, so unconstrained run ids stay.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constrained: bool,
+    /// Device, dtype and versions of an hf / vllm run (absent for gauge and llama-cpp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineInfo>,
 }
 
 impl Default for JsonConfig {
@@ -96,6 +100,7 @@ impl Default for JsonConfig {
             batch_schemas: 4,
             sampler: Stack::Gauge,
             constrained: false,
+            engine: None,
         }
     }
 }
@@ -114,9 +119,21 @@ impl JsonConfig {
             return Err(LabError::Config {
                 field: "constrained".into(),
                 value: "true".into(),
-                allowed: "false with --sampler llama-cpp (the grammar runs in gauge's decode only)"
-                    .into(),
+                allowed: format!(
+                    "false with the {} stack (the grammar runs in gauge's decode only)",
+                    self.sampler
+                ),
             });
+        }
+        check_engine(self.sampler, self.engine.as_ref())?;
+        if self.sampler.is_python() {
+            if let Some(n) = self.window {
+                return Err(LabError::config(
+                    "window",
+                    n,
+                    "none for hf and vllm (their penalties see the whole prompt and output)",
+                ));
+            }
         }
         Ok(())
     }
@@ -390,46 +407,44 @@ fn run_json_inner(
             let entry = &schemas[s];
             let checker = SchemaCheck::new(entry);
             for (run, ((spec, r), bytes)) in plan.iter().zip(res).zip(txt).enumerate() {
-                let output = String::from_utf8_lossy(&bytes).into_owned();
-                let stop = if r.tokens.last().is_some_and(|&t| codec.is_eog(t)) {
-                    "eog"
-                } else if STOP_STRINGS.iter().any(|s| output.contains(s)) {
-                    "stop_string"
-                } else {
-                    "max_tokens"
-                };
-                let (valid, reason, extracted) = if cfg.constrained && gerr.is_none() {
-                    score_whole(&output, &checker)
-                } else {
-                    score(&output, &checker)
-                };
-                lines.push(JsonLine {
-                    chunk: k,
-                    schema: s,
-                    id: entry.id.clone(),
-                    run,
-                    op: spec.op,
-                    theta: spec.theta,
-                    prompt_tokens: prompts[s].len(),
-                    naive_forward_tokens: (prompts[s].len() + r.tokens.len()).saturating_sub(1)
-                        as u64,
-                    tokens: r.tokens,
-                    stop: stop.into(),
-                    output,
-                    extracted,
-                    valid,
-                    reason,
-                    forward_tokens: r.forward_tokens,
-                    grammar_error: gerr.clone(),
-                });
+                let eog = r.tokens.last().is_some_and(|&t| codec.is_eog(t));
+                lines.push(JsonLine::of_run(
+                    DecodedAt {
+                        chunk: k,
+                        entry,
+                        run,
+                        prompt_tokens: prompts[s].len(),
+                    },
+                    spec,
+                    Decoded {
+                        tokens: r.tokens,
+                        output: String::from_utf8_lossy(&bytes).into_owned(),
+                        eog,
+                        forward_tokens: r.forward_tokens,
+                    },
+                    &checker,
+                    cfg.constrained && gerr.is_none(),
+                    gerr.clone(),
+                ));
             }
         }
         bar.inc(range.len() as u64);
         Ok(lines)
     })?;
     bar.finish_and_clear();
-    let summary = summarize(cfg, &log.lines);
-    let plots = if ctl.plots {
+    finish_json(&dir, cfg, &log.lines, ctl.plots)
+}
+
+/// The summary, `summary.json`, the plot and `REPORT.md` of a complete run: one implementation
+/// for `gauge json` and the Python engines ([`external::ExternalJson`]).
+pub(crate) fn finish_json(
+    dir: &Path,
+    cfg: &JsonConfig,
+    lines: &[JsonLine],
+    plots: bool,
+) -> Result<JsonSummary, LabError> {
+    let summary = summarize(cfg, lines);
+    let plots = if plots {
         vec![(
             "json_validity_vs_theta",
             line_chart_svg(&validity_chart(&summary)),
@@ -437,10 +452,75 @@ fn run_json_inner(
     } else {
         Vec::new()
     };
-    write_outputs(&dir, &summary, plots, |names| {
-        json_report(cfg, &summary, &log.lines, names)
+    write_outputs(dir, &summary, plots, |names| {
+        json_report(cfg, &summary, lines, names)
     })?;
     Ok(summary)
+}
+
+/// Where one decoded output belongs.
+pub(crate) struct DecodedAt<'a> {
+    pub chunk: usize,
+    pub entry: &'a schema::SchemaEntry,
+    /// Index in the plan.
+    pub run: usize,
+    pub prompt_tokens: usize,
+}
+
+/// What a decode produced for one output.
+pub(crate) struct Decoded {
+    /// Generated tokens (an end-of-generation token included).
+    pub tokens: Vec<TokenId>,
+    /// The generated text (control tokens render as nothing).
+    pub output: String,
+    /// The last token ended generation.
+    pub eog: bool,
+    pub forward_tokens: u64,
+}
+
+impl JsonLine {
+    /// The scored line of one output: the stop reason by `gauge json`'s rule (end-of-generation,
+    /// else a stop string in the generated text, else the token limit) and the verdict; `whole`
+    /// parses the whole output (a constrained run whose grammar compiled).
+    pub(crate) fn of_run(
+        at: DecodedAt<'_>,
+        spec: &RunSpec,
+        d: Decoded,
+        checker: &SchemaCheck,
+        whole: bool,
+        grammar_error: Option<String>,
+    ) -> JsonLine {
+        let stop = if d.eog {
+            "eog"
+        } else if STOP_STRINGS.iter().any(|s| d.output.contains(s)) {
+            "stop_string"
+        } else {
+            "max_tokens"
+        };
+        let (valid, reason, extracted) = if whole {
+            score_whole(&d.output, checker)
+        } else {
+            score(&d.output, checker)
+        };
+        JsonLine {
+            chunk: at.chunk,
+            schema: at.entry.index,
+            id: at.entry.id.clone(),
+            run: at.run,
+            op: spec.op,
+            theta: spec.theta,
+            prompt_tokens: at.prompt_tokens,
+            naive_forward_tokens: (at.prompt_tokens + d.tokens.len()).saturating_sub(1) as u64,
+            tokens: d.tokens,
+            stop: stop.into(),
+            output: d.output,
+            extracted,
+            valid,
+            reason,
+            forward_tokens: d.forward_tokens,
+            grammar_error,
+        }
+    }
 }
 
 /// Token-for-token agreement of two finished A2 runs (e.g. the gauge and llama-cpp stacks) on the
@@ -754,11 +834,31 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
         s.model,
         crate::report::stack_note(s.sampler)
     );
-    if !s.sampler.is_gauge() {
-        let _ = writeln!(
-            o,
-            "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first; normalized runs stay on gauge's operator (llama.cpp has none).\n"
-        );
+    match s.sampler {
+        Stack::Gauge => {}
+        Stack::LlamaCpp => {
+            let _ = writeln!(
+                o,
+                "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first; normalized runs stay on gauge's operator (llama.cpp has none).\n"
+            );
+        }
+        Stack::Hf | Stack::Vllm => {
+            let _ = writeln!(
+                o,
+                "Logits and decisions by {} ({}): ctrl is the stack's own penalty ({}), normalized gauge's processor for the stack, subtractive a presence penalty on the prompt and output; end-of-generation tokens and the chat template are the stack's tokenizer's. Decoded by `python -m gauge_sampling json --engine {}`.\n",
+                if s.sampler == Stack::Hf { "HF transformers" } else { "vLLM" },
+                cfg.engine.as_ref().map_or("?".into(), |e| {
+                    let v: Vec<String> = e.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                    format!("{}; {}", e.describe(), v.join(", "))
+                }),
+                if s.sampler == Stack::Hf {
+                    "`RepetitionPenaltyLogitsProcessor`"
+                } else {
+                    "`repetition_penalty`"
+                },
+                s.sampler
+            );
+        }
     }
     let _ = writeln!(
         o,

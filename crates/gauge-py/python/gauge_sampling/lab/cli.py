@@ -1,8 +1,9 @@
-"""``python -m gauge_sampling probe --engine hf|vllm --model M ...``: ``gauge probe``'s flags,
-grid, defaults, outputs and resumption, with HF transformers or vLLM computing the logits and
-deciding with their own samplers.
+"""``python -m gauge_sampling probe|json --engine hf|vllm --model M ...``: ``gauge probe``'s and
+``gauge json``'s flags, grid, defaults, outputs and resumption, with HF transformers or vLLM
+computing the logits and deciding with their own samplers.
 
-The grid defaults come from gauge-lab (``_native.probe_grids_json``), the configuration is checked
+The grid defaults come from gauge-lab (``_native.probe_grids_json``, ``_native.json_defaults_json``),
+the configuration is checked
 by gauge-lab's validation (errors name the field), and the run id includes the stack, the device,
 the dtype and the package versions, so the same command resumes the same directory.
 """
@@ -71,6 +72,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
     p.add_argument("--n-seq-max", type=int, default=256, help="live sequences (fits the chunk)")
     _engine_flags(p)
+    j = sub.add_parser("json", help="A2, JSON-schema validity (gauge json's flags)")
+    j.add_argument("--model", "-m", default=_native.default_model(), help="registry name, GGUF or HF folder")
+    j.add_argument("--schemas", type=int, default=None, help="the first N of the note's 200 schemas (200)")
+    j.add_argument("--theta", type=_floats, default=None, help="comma-separated θ values (1.0,1.1,1.3)")
+    j.add_argument(
+        "--ops", type=_ops, default=None, help="comma-separated: ctrl, normalized (default), subtractive"
+    )
+    j.add_argument("--alpha", type=float, default=None, help="α of the subtractive operator (1)")
+    j.add_argument("--window", type=int, default=None, help="refused for hf and vllm (whole history)")
+    j.add_argument("--max-tokens", type=int, default=None, help="most new tokens per output (512)")
+    j.add_argument(
+        "--no-chat", action="store_true", help="send the prompt as is, not through the chat template"
+    )
+    j.add_argument("--constrained", action="store_true", help="refused for hf and vllm (gauge's decode only)")
+    j.add_argument("--out", default="results", help="results root; the run goes to <out>/<run-id>/")
+    j.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
+    j.add_argument("--n-seq-max", type=int, default=64, help="live sequences (fits the chunk, as gauge json)")
+    j.add_argument("--batch-schemas", type=int, default=None, help="schemas decoded together (4, fitted)")
+    _engine_flags(j)
     return top
 
 
@@ -120,7 +140,30 @@ def probe_config(args, label: str, info: dict) -> str:
     return _native.probe_config_json(json.dumps(cfg), args.n_seq_max)
 
 
-def make_engine(args, ref, device: str, dtype: str):
+def json_config(args, label: str, info: dict, chat: bool) -> str:
+    """``gauge json``'s configuration for these flags (gauge-lab's defaults and validation)."""
+    cfg = json.loads(_native.json_defaults_json())
+    for flag, key in (
+        ("schemas", "schemas"),
+        ("theta", "thetas"),
+        ("ops", "ops"),
+        ("alpha", "alpha"),
+        ("window", "window"),
+        ("max_tokens", "max_tokens"),
+        ("batch_schemas", "batch_schemas"),
+    ):
+        if getattr(args, flag) is not None:
+            cfg[key] = getattr(args, flag)
+    cfg["model"] = label
+    cfg["sampler"] = args.engine
+    cfg["engine"] = info
+    cfg["chat_template"] = chat
+    if args.constrained:
+        cfg["constrained"] = True
+    return _native.json_config_json(json.dumps(cfg), args.n_seq_max, args.batch_schemas is None)
+
+
+def make_engine(args, ref, device: str, dtype: str, max_model_len: int = 1024):
     """(engine, tokenizer, n_vocab)."""
     from . import models
 
@@ -128,18 +171,18 @@ def make_engine(args, ref, device: str, dtype: str):
         from .hf_engine import HfEngine
 
         model, tok = models.load_hf(ref, dtype, device)
-        return HfEngine(model, device), tok, int(model.get_output_embeddings().weight.shape[0])
+        return HfEngine(model, device, tok), tok, int(model.get_output_embeddings().weight.shape[0])
     from .vllm_engine import VllmEngine
 
-    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size)
+    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size, max_model_len)
     return eng, eng.tokenizer, eng.n_vocab
 
 
-def run_probe_command(args) -> int:
+def setup(args) -> tuple:
+    """(model ref, device, dtype, engine info) after checking the engine flags."""
     import torch
 
     from . import models
-    from .probe import run_probe
 
     device = args.device or default_device()
     dtype = args.dtype or ("float32" if device == "cpu" else "bfloat16")
@@ -151,7 +194,44 @@ def run_probe_command(args) -> int:
         # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
         torch.set_num_threads(os.cpu_count() or 1)
     ref = models.resolve(args.model)
-    info = engine_info(args.engine, device, dtype, args.tensor_parallel_size)
+    return ref, device, dtype, engine_info(args.engine, device, dtype, args.tensor_parallel_size)
+
+
+def run_json_command(args) -> int:
+    from .jsonrun import prompt_tokens, run_json
+
+    ref, device, dtype, info = setup(args)
+    # Check the flags (window, constrained, ranges) before loading a model.
+    json_config(args, ref.label, info, not args.no_chat)
+    cfg = json.loads(json_config(args, ref.label, info, False))
+    engine, tok, n_vocab = make_engine(args, ref, device, dtype, max_model_len=2048)
+    try:
+        chat = not args.no_chat and getattr(tok, "chat_template", None) is not None
+        cfg_json = json_config(args, ref.label, info, chat)
+        texts = [t for _, t in _native.a2_prompts()[: cfg["schemas"]]]
+        prompts = prompt_tokens(tok, texts, chat)
+        t0 = time.monotonic()
+        summary, run_dir = run_json(engine, prompts, cfg_json, Path(args.out), n_vocab)
+    finally:
+        close = getattr(engine, "close", None)
+        if close:
+            close()
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(_native.render_json_table(json.dumps(summary)), end="")
+    print(
+        f"json ({args.engine}, {device}, {dtype}): {time.monotonic() - t0:.1f} s "
+        f"(chat template: {'yes' if chat else 'no'}); outputs and verdicts in {run_dir}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_probe_command(args) -> int:
+    from .probe import run_probe
+
+    ref, device, dtype, info = setup(args)
     cfg_json = probe_config(args, ref.label, info)
     cfg = json.loads(cfg_json)
     engine, tok, n_vocab = make_engine(args, ref, device, dtype)
@@ -180,6 +260,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "probe":
             return run_probe_command(args)
+        if args.command == "json":
+            return run_json_command(args)
     except _native.GateFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -17,6 +17,10 @@ runs pick different tokens splits: its KV-cache row is copied for each new group
 batch: left-padded prefill with an attention mask and position ids counted over real tokens only,
 then one token per group per step. Work is charged to the first run of each group, as in the
 Rust decode (``forward_tokens``).
+
+A2 (``json``) decodes the same way with a stop rule: a run whose ``stop`` callback says so leaves
+its group after that token, an empty group leaves the batch (its KV-cache row is dropped), and
+the others go on until ``tokens``.
 """
 
 from __future__ import annotations
@@ -78,10 +82,44 @@ class HfEngine:
     #: Chunks are decoded one at a time (the resumption unit).
     whole_phase = False
 
-    def __init__(self, model, device: str):
+    def __init__(self, model, device: str, tokenizer=None):
         self.model = model
         self.device = torch.device(device)
+        self.tokenizer = tokenizer
         self._procs: dict = {}
+
+    def decode_json(self, prompts: list[list[int]], plan: list[dict], max_tokens: int) -> list[list]:
+        """A2: every run of ``plan`` from every prompt under ``gauge json``'s stop rule (see
+        ``jsonrun``); the runs of a schema share its prefill and their sequence until they
+        diverge, and leave the batch independently."""
+        from .jsonrun import STOP_STRINGS, JsonOut, eog_ids, generated_text
+
+        tok = self.tokenizer
+        eog = eog_ids(tok, getattr(self.model, "generation_config", None))
+        ended: dict[tuple[int, int], bool] = {}
+
+        def stop(job: int, run: int, tokens: list[int]) -> bool:
+            if tokens[-1] in eog:
+                ended[(job, run)] = True
+                return True
+            text = generated_text(tok, tokens[-4:])
+            if not any(s[0] in text for s in STOP_STRINGS):
+                return False  # cheap pre-check: no character a stop string starts with
+            return any(s in generated_text(tok, tokens) for s in STOP_STRINGS)
+
+        outs = self.decode(prompts, plan, max_tokens, stop=stop)
+        return [
+            [
+                JsonOut(
+                    tokens=o.tokens,
+                    output=generated_text(tok, o.tokens),
+                    eog=ended.get((j, r), False),
+                    forward_tokens=o.forward_tokens,
+                )
+                for r, o in enumerate(per_run)
+            ]
+            for j, per_run in enumerate(outs)
+        ]
 
     def _proc(self, op: str, theta: float, alpha: float):
         key = (op, theta, alpha)
@@ -96,13 +134,15 @@ class HfEngine:
         plan: list[dict],
         tokens: int,
         on_step: Callable[[int], None] = lambda n: None,
+        stop: Optional[Callable[[int, int, list[int]], bool]] = None,
     ) -> list[list[RunOut]]:
-        """Decode every run of ``plan`` from every prompt, ``tokens`` greedy tokens each."""
+        """Decode every run of ``plan`` from every prompt, ``tokens`` greedy tokens each, or until
+        ``stop(job, run, tokens so far)`` is true after a token (that token kept)."""
         dev = self.device
         n_jobs = len(prompts)
         outs = [[RunOut() for _ in plan] for _ in prompts]
         for j, spec in enumerate(plan):
-            if spec["role"] == "zero_point":
+            if spec.get("role") == "zero_point":
                 for o in outs:
                     o[j].zero_point = {"top1": [], "seen_positive": 0, "seen_total": 0}
         c_all = torch.tensor([float(s["c"]) for s in plan], dtype=torch.float32)
@@ -132,6 +172,8 @@ class HfEngine:
                 by_tok: dict[int, list[int]] = {}
                 for r, tok in zip(g.runs, picks[gi]):
                     outs[g.job][r].tokens.append(tok)
+                    if stop is not None and stop(g.job, r, outs[g.job][r].tokens):
+                        continue
                     if tok not in by_tok:
                         by_tok[tok] = []
                         order.append(tok)
@@ -142,11 +184,11 @@ class HfEngine:
                     parents.append(gi)
                     new_tokens.append(tok)
             on_step(n_jobs)
-            if t + 1 == tokens:
+            if t + 1 == tokens or not new_groups:
                 break
             for g in new_groups:
                 outs[g.job][g.runs[0]].forward_tokens += 1
-            if len(new_groups) != len(groups):
+            if parents != list(range(len(groups))):
                 idx = torch.tensor(parents, dtype=torch.long, device=dev)
                 cache.reorder_cache(idx)
                 mask = mask.index_select(0, idx)

@@ -238,6 +238,62 @@ class VllmEngine:
             os.remove(record)
         return outs
 
+    def decode_json(self, prompts: list[list[int]], plan: list[dict], max_tokens: int) -> list[list]:
+        """A2: every run of every prompt in ONE ``LLM.generate``, greedy, ending at vLLM's
+        end-of-generation tokens, at ``gauge json``'s stop strings or at ``max_tokens``.
+
+        vLLM matches stop strings in the detokenized generated text (prompt excluded), as
+        ``gauge json`` does, and ends the request at the token that completes one; with
+        ``include_stop_str_in_output`` its *text* is still cut right after the stop string,
+        whereas ``gauge json`` keeps that token's whole text. So the recorded tokens are vLLM's
+        and the recorded text is the tokenizer's decode of them (``jsonrun.generated_text``)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        from .jsonrun import STOP_STRINGS, JsonOut, generated_text
+
+        longest = max(len(p) for p in prompts) + max_tokens
+        if longest > self.max_model_len:
+            raise ValueError(
+                f"max_tokens: prompt + {max_tokens} tokens = {longest} > max_model_len {self.max_model_len}"
+            )
+        reqs, params, keys = [], [], []
+        for j, p in enumerate(prompts):
+            for r, spec in enumerate(plan):
+                op, theta, on = spec["op"], float(spec["theta"]), float(spec["theta"]) != 1.0
+                probe = {"c": float(spec["c"]), "key": f"{j}:{r}"}
+                if on and op == "normalized":
+                    probe["normalized"] = theta
+                if on and op == "subtractive":
+                    probe["presence"] = float(spec["alpha"])
+                reqs.append(TokensPrompt(prompt_token_ids=list(p)))
+                params.append(
+                    SamplingParams(
+                        temperature=0.0,
+                        max_tokens=max_tokens,
+                        repetition_penalty=theta if (on and op == "ctrl") else 1.0,
+                        stop=list(STOP_STRINGS),
+                        include_stop_str_in_output=True,
+                        skip_special_tokens=True,
+                        extra_args={"gauge_probe": probe},
+                    )
+                )
+                keys.append((j, r))
+        results = self.llm.generate(reqs, params, use_tqdm=False)
+        outs: list[list] = [[None for _ in plan] for _ in prompts]
+        for (j, r), res in zip(keys, results):
+            tokens = [int(t) for t in res.outputs[0].token_ids]
+            cached = int(getattr(res, "num_cached_tokens", 0) or 0)
+            outs[j][r] = JsonOut(
+                tokens=tokens,
+                output=generated_text(self.tokenizer, tokens),
+                # vLLM's own verdict: "stop" without a stop string = an EOS / stop token id.
+                eog=res.outputs[0].finish_reason == "stop"
+                and not isinstance(res.outputs[0].stop_reason, str),
+                forward_tokens=max(len(prompts[j]) - cached, 0) + max(len(tokens) - 1, 0),
+            )
+        return outs
+
 
 def _read_records(path: str) -> dict:
     out: dict = {}
