@@ -135,7 +135,7 @@ async fn apply_template_inner(st: Arc<AppState>, body: Body) -> Result<Value, Ap
     let v = read_json(&st, body).await?;
     blocking(move || {
         let o = object(&v)?;
-        let prompt = crate::request::chat_prompt(o, &st.model, &st.cfg)?;
+        let prompt = crate::request::chat_prompt(o, &st.model, &st.cfg, None)?;
         Ok(json!({ "prompt": prompt }))
     })
     .await
