@@ -14,8 +14,8 @@
 //!   (`"gauge": {"seed"}` with `echo_chain`), so any run can be replayed. llama.cpp draws one per
 //!   stage; both are random, but only one is reproducible.
 //! - **Features gauge does not serve are refused, not ignored**: `n` > 1, `best_of`, `echo`,
-//!   `suffix`, `tool_choice: "auto"` and tools outside chat come back as 400 naming the field, because silently dropping a feature
-//!   the client relies on is worse than an error.
+//!   `suffix`, `tool_choice: "auto"` and tools outside chat come back as 400 naming the field,
+//!   because silently dropping a feature the client relies on is worse than an error.
 //! - **Constraints** (`response_format` `json_object` / `json_schema`, llama-server's `json_schema`
 //!   and `grammar`, vLLM's `guided_*`) are compiled here by `gauge-grammar` against the model's
 //!   grammar vocabulary (built on the first constrained request, then shared) and put in front of
@@ -264,29 +264,32 @@ pub(crate) fn chat_prompt(
             ))
         }
     };
+    let roles = "\"system\", \"developer\", \"user\", \"assistant\" or \"tool\"";
     let mut pairs: Vec<(String, String)> = Vec::with_capacity(msgs.len());
+    let mut history = crate::tools::History::default();
     for (i, m) in msgs.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
             ApiError::field(
                 &format!("messages[{i}].role"),
                 m.get("role").unwrap_or(&Value::Null),
-                "\"system\", \"developer\", \"user\" or \"assistant\"",
+                roles,
             )
         })?;
         let role = match role {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
+            "tool" => "tool",
             other => {
                 return Err(ApiError::field(
                     &format!("messages[{i}].role"),
                     format!("{other:?}"),
-                    "\"system\", \"developer\", \"user\" or \"assistant\"",
+                    roles,
                 ))
             }
         };
-        crate::tools::check_message(m, i)?;
-        pairs.push((role.to_string(), message_content(m.get("content"), i)?));
+        let content = message_content(m.get("content"), i)?;
+        pairs.push(history.turn(m, i, role, content)?);
     }
     // The tools, described in the first system message (see crate::tools).
     if let Some(t) = tool_text {

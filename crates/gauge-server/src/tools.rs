@@ -13,8 +13,8 @@
 //!
 //! The model learns the tools from a short system message gauge writes (merged into the first
 //! system message if there is one): the function(s), their descriptions and parameter schemas,
-//! and what to reply. History with tool calls (`role: "tool"`, an assistant's `tool_calls`) is
-//! refused by field: the templates cannot render it.
+//! and what to reply. History with tool calls is rendered as text turns ([`History`]), since
+//! the templates take `(role, content)` pairs only.
 
 use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarError};
 use serde_json::{json, Map, Value};
@@ -303,21 +303,94 @@ fn required(tools: &[Tool], parallel: bool) -> Result<ToolPlan, ApiError> {
     })
 }
 
-/// Refuse tool-call history the templates cannot render (see the module docs).
-pub(crate) fn check_message(m: &Value, i: usize) -> Result<(), ApiError> {
-    for key in ["tool_calls", "function_call"] {
-        if m.get(key).is_some_and(|v| !v.is_null() && v != &json!([])) {
+/// Tool-call history as text turns, since the templates render `(role, content)` only:
+/// an assistant's `tool_calls` become its text, the calls as the JSON array gauge asks for
+/// (`[{"name": ..., "parameters": {...}}]`, after any content); a `role: "tool"` result becomes
+/// a user turn `Result of <name>: <content>` (the name found from `tool_call_id` among earlier
+/// calls). Returns the template role and text for message `i`.
+#[derive(Default)]
+pub(crate) struct History {
+    /// Call ids seen so far and their function names.
+    names: Vec<(String, String)>,
+}
+
+impl History {
+    pub(crate) fn turn(
+        &mut self,
+        m: &Value,
+        i: usize,
+        role: &str,
+        content: String,
+    ) -> Result<(String, String), ApiError> {
+        if m.get("function_call").is_some_and(|v| !v.is_null()) {
             return Err(ApiError::unsupported(
-                &format!("messages[{i}].{key}"),
+                &format!("messages[{i}].function_call"),
                 format!(
-                    "`messages[{i}].{key}`: earlier tool calls in the history are not supported \
-                     (gauge's chat templates render text turns only); send the call and its \
-                     result as text"
+                    "`messages[{i}].function_call` (the legacy form) is not supported: send \
+                     `tool_calls`"
                 ),
             ));
         }
+        match role {
+            "tool" => {
+                let id = m.get("tool_call_id").and_then(Value::as_str);
+                let name = id.and_then(|id| {
+                    self.names
+                        .iter()
+                        .rev()
+                        .find(|(c, _)| c == id)
+                        .map(|(_, n)| n.clone())
+                });
+                let text = match name {
+                    Some(n) => format!("Result of `{n}`: {content}"),
+                    None => format!("Function result: {content}"),
+                };
+                Ok(("user".into(), text))
+            }
+            "assistant" => {
+                let calls = match m.get("tool_calls") {
+                    None | Some(Value::Null) => return Ok((role.into(), content)),
+                    Some(Value::Array(a)) => a,
+                    Some(v) => {
+                        return Err(ApiError::field(
+                            &format!("messages[{i}].tool_calls"),
+                            v,
+                            "an array of {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                        ))
+                    }
+                };
+                let mut shown: Vec<Value> = Vec::with_capacity(calls.len());
+                for (j, c) in calls.iter().enumerate() {
+                    let field = format!("messages[{i}].tool_calls[{j}].function");
+                    let f = c.get("function").and_then(Value::as_object);
+                    let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+                    let args = f.and_then(|f| f.get("arguments")).and_then(Value::as_str);
+                    let (Some(name), Some(args)) = (name, args) else {
+                        return Err(ApiError::field(
+                            &field,
+                            c.get("function").unwrap_or(&Value::Null),
+                            "{\"name\": <string>, \"arguments\": <JSON text>}",
+                        ));
+                    };
+                    // Arguments are JSON text; shown parsed, or as the string when they are not.
+                    let params = serde_json::from_str::<Value>(args)
+                        .unwrap_or_else(|_| Value::String(args.into()));
+                    if let Some(id) = c.get("id").and_then(Value::as_str) {
+                        self.names.push((id.to_string(), name.to_string()));
+                    }
+                    shown.push(json!({"name": name, "parameters": params}));
+                }
+                let calls_text = Value::Array(shown).to_string();
+                let text = if content.is_empty() {
+                    calls_text
+                } else {
+                    format!("{content}\n{calls_text}")
+                };
+                Ok((role.into(), text))
+            }
+            _ => Ok((role.into(), content)),
+        }
     }
-    Ok(())
 }
 
 /// A tool plan's constraint conflicts with a constraint field in the same request.

@@ -1,7 +1,8 @@
 //! OpenAI `tools` / `tool_choice` through the real server on the default model: a named choice
 //! and `"required"` give `tool_calls` whose arguments parse and validate against the tool's
-//! `parameters` schema, streamed and not; `"auto"`, unknown names, bad schemas, tool history and
-//! `tool_choice` without tools are 400s naming the field.
+//! `parameters` schema, streamed and not; tool-call history is rendered as text turns;
+//! `"auto"`, unknown names, bad schemas, malformed history and `tool_choice` without tools are
+//! 400s naming the field.
 
 mod common;
 
@@ -82,7 +83,7 @@ fn user(text: &str) -> Value {
 }
 
 /// The calls of a non-streamed response, checked for OpenAI's shape.
-fn calls(v: &Value) -> Vec<(String, Value)> {
+fn tool_calls(v: &Value) -> Vec<(String, Value)> {
     let c = &v["choices"][0];
     assert_eq!(c["finish_reason"], "tool_calls", "{v}");
     assert!(c["message"]["content"].is_null(), "{v}");
@@ -116,33 +117,60 @@ fn named_tool_choice_gives_valid_arguments() {
             "temperature": temperature, "seed": seed, "repeat_penalty": penalty,
         }));
         assert_eq!(r.status, 200, "{}", r.body);
-        let calls = calls(&r.json());
+        let calls = tool_calls(&r.json());
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].0, "get_weather");
         assert!(valid_args("get_weather", &calls[0].1), "{:?}", calls[0]);
     }
 }
 
+/// A "required" request the default model answers with two calls and then closes the array
+/// (greedy; with sampling this 135M model often repeats calls until the length limit).
+fn required_greedy() -> Value {
+    json!({
+        "messages": user("Add 2 and 40."),
+        "tools": [weather(), add()],
+        "tool_choice": "required",
+        "temperature": 0,
+    })
+}
+
 #[test]
 fn required_tool_choice_gives_calls_of_the_tools() {
-    for (parallel, seed) in [(true, 3), (false, 8)] {
-        let r = chat(json!({
-            "messages": user("Add 2 and 40, and tell me the weather in Oslo."),
-            "tools": [weather(), add()],
-            "tool_choice": "required",
-            "parallel_tool_calls": parallel,
-            "temperature": 0.7, "seed": seed,
-        }));
-        assert_eq!(r.status, 200, "{}", r.body);
-        let calls = calls(&r.json());
-        assert!(!calls.is_empty());
-        if !parallel {
-            assert_eq!(calls.len(), 1, "{calls:?}");
-        }
-        for (name, args) in &calls {
-            assert!(valid_args(name, args), "{name} {args}");
-        }
+    let r = chat(required_greedy());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let calls = tool_calls(&r.json());
+    assert!(!calls.is_empty());
+    for (name, args) in &calls {
+        assert!(valid_args(name, args), "{name} {args}");
     }
+    // Without parallel calls, exactly one.
+    let r = chat(json!({
+        "messages": user("Add 2 and 40, and tell me the weather in Oslo."),
+        "tools": [weather(), add()],
+        "tool_choice": "required",
+        "parallel_tool_calls": false,
+        "temperature": 0.7, "seed": 8,
+    }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let calls = tool_calls(&r.json());
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(valid_args(&calls[0].0, &calls[0].1), "{calls:?}");
+}
+
+#[test]
+fn required_cut_by_the_length_limit_comes_back_as_text() {
+    let mut body = required_greedy();
+    body["max_tokens"] = json!(6);
+    let r = chat(body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "length", "{v}");
+    assert!(c["message"].get("tool_calls").is_none(), "{v}");
+    let text = c["message"]["content"].as_str().expect("content text");
+    assert!(text.trim_start().starts_with('['), "{text:?}");
+    assert!(serde_json::from_str::<Value>(text).is_err(), "{text:?}");
 }
 
 /// The SSE chunks of a streamed request, as JSON (without `[DONE]`).
@@ -207,19 +235,22 @@ fn streamed_tool_calls_accumulate_to_valid_calls() {
     let args: Value = serde_json::from_str(&calls[0].1).expect("streamed arguments parse");
     assert!(valid_args("add", &args), "{args}");
 
-    let chunks = stream_chunks(json!({
-        "messages": user("Weather in Rome, please."),
-        "tools": [weather(), add()],
-        "tool_choice": "required",
-        "temperature": 0.5, "seed": 2, "stream": true,
-    }));
-    let (calls, finish) = accumulate(&chunks);
+    // "required" streamed: the same calls as the same request not streamed (greedy).
+    let whole = tool_calls(&chat(required_greedy()).json());
+    let mut body = required_greedy();
+    body["stream"] = json!(true);
+    let (streamed, finish) = accumulate(&stream_chunks(body));
     assert_eq!(finish, "tool_calls");
-    assert!(!calls.is_empty());
-    for (name, a) in &calls {
-        let args: Value = serde_json::from_str(a).expect("streamed arguments parse");
-        assert!(valid_args(name, &args), "{name} {args}");
-    }
+    let streamed: Vec<(String, Value)> = streamed
+        .into_iter()
+        .map(|(n, a)| {
+            (
+                n,
+                serde_json::from_str(&a).expect("streamed arguments parse"),
+            )
+        })
+        .collect();
+    assert_eq!(streamed, whole);
 }
 
 #[test]
@@ -371,21 +402,86 @@ fn bad_tool_requests_are_400s_naming_the_field() {
         400,
         Some("tools"),
     );
-    // Tool-call history.
-    let history = json!([
-        {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
-    ]);
+    // Malformed tool-call history.
+    let bad_history = |call: Value| {
+        json!([{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": null, "tool_calls": call}])
+    };
     assert_error(
-        &chat(json!({"messages": history, "tools": [weather()], "tool_choice": "required"})),
+        &chat(json!({"messages": bad_history(json!("get_weather"))})),
         400,
         Some("messages[1].tool_calls"),
     );
-    let history = json!([{"role": "user", "content": "Weather?"}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]);
     assert_error(
-        &chat(json!({"messages": history})),
+        &chat(
+            json!({"messages": bad_history(json!([{"id": "c", "type": "function", "function": {"name": "f"}}]))}),
+        ),
         400,
-        Some("messages[1].role"),
+        Some("messages[1].tool_calls[0].function"),
     );
+    let legacy = json!([{"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{}"}}]);
+    assert_error(
+        &chat(json!({"messages": legacy})),
+        400,
+        Some("messages[0].function_call"),
+    );
+    assert_error(
+        &chat(json!({"messages": [{"role": "robot", "content": "hi"}]})),
+        400,
+        Some("messages[0].role"),
+    );
+}
+
+fn history() -> Value {
+    json!([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 degrees"}
+    ])
+}
+
+#[test]
+fn tool_call_history_is_rendered_as_text_turns() {
+    // /apply-template shows the prompt chat uses: the tools' system message, the call as the
+    // JSON array gauge asks for, the result as a user turn naming the function.
+    let r = post(
+        server(),
+        "/apply-template",
+        &json!({"messages": history(), "tools": [weather()], "tool_choice": "required"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let prompt = r.json()["prompt"].as_str().unwrap().to_string();
+    let at = |needle: &str| {
+        prompt
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in the prompt:\n{prompt}"))
+    };
+    let order = [
+        at("You can call these functions"),
+        at("`get_weather`: Current weather in a city."),
+        at("What is the weather in Paris?"),
+        at(r#"[{"name":"get_weather","parameters":{"city":"Paris","unit":"celsius"}}]"#),
+        at("Result of `get_weather`: sunny, 21 degrees"),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{prompt}");
+    // The usual loop's last step: the result back, the tools still listed, a text answer.
+    let r = chat(
+        json!({"messages": history(), "tools": [weather()], "tool_choice": "none",
+                        "max_tokens": 24}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "{v}"
+    );
+    // ... or another call, with the history in the prompt.
+    let r = chat(json!({"messages": history(), "tools": [weather(), add()],
+                        "tool_choice": {"type": "function", "function": {"name": "add"}}, "seed": 1}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let calls = tool_calls(&r.json());
+    assert!(valid_args("add", &calls[0].1), "{calls:?}");
 }
