@@ -402,6 +402,16 @@ fn bad_tool_requests_are_400s_naming_the_field() {
         400,
         Some("tools"),
     );
+    // /explain rebuilds its companion chains without constraints: a tool call is refused there.
+    assert_error(
+        &post(
+            server(),
+            "/explain",
+            &base(json!({"tool_choice": "required"})),
+        ),
+        400,
+        Some("tool_choice"),
+    );
     // Malformed tool-call history.
     let bad_history = |call: Value| {
         json!([{"role": "user", "content": "Weather?"},
