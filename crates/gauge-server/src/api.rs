@@ -609,7 +609,8 @@ struct StreamState {
     done: bool,
     predicted: usize,
     offset: usize,
-    /// A "required" tool-call output, held until it is complete (it is split into calls then).
+    /// A tool-call output so far: a "required" array is sent when complete (split into calls);
+    /// a named call's arguments decide the finish reason.
     held: String,
     /// Held until the stream ends (the client read everything or went away).
     _guard: InFlight,
@@ -660,6 +661,8 @@ impl StreamState {
     fn tool_chunk(&mut self, text: &str, logprobs: Value) {
         match &self.meta.tools {
             Some(ToolMode::Named(_)) => {
+                // Kept too: the finish reason depends on whether the arguments are complete.
+                self.held.push_str(text);
                 if text.is_empty() && logprobs.is_null() {
                     return;
                 }

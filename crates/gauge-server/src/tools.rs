@@ -402,7 +402,8 @@ pub(crate) fn conflict(other: &ConstraintRequest) -> GrammarError {
 }
 
 /// The assistant message and finish reason for a tool-call output. `finish` is the engine's
-/// OpenAI finish reason; a call cut by the length limit keeps it ("length").
+/// OpenAI finish reason: "tool_calls" replaces it only when every call's arguments are complete
+/// JSON, so a call cut by the length limit (or a `stop` string) keeps "length" (or "stop").
 pub(crate) fn message(
     mode: &ToolMode,
     text: &str,
@@ -418,6 +419,9 @@ pub(crate) fn message(
     };
     match calls(mode, text) {
         Some(calls) => {
+            let complete = calls
+                .iter()
+                .all(|(_, a)| serde_json::from_str::<Value>(a).is_ok());
             let tool_calls: Vec<Value> = calls
                 .into_iter()
                 .enumerate()
@@ -428,7 +432,7 @@ pub(crate) fn message(
                 .collect();
             (
                 json!({"role": "assistant", "content": null, "tool_calls": tool_calls}),
-                reason(true),
+                reason(complete),
             )
         }
         // A "required" array cut before it closed cannot be split into calls: the text as it is.

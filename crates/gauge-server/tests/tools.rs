@@ -254,7 +254,7 @@ fn streamed_tool_calls_accumulate_to_valid_calls() {
 }
 
 #[test]
-fn a_call_cut_by_the_length_limit_says_length() {
+fn a_call_cut_by_the_length_limit_or_a_stop_string_keeps_that_reason() {
     let r = chat(json!({
         "messages": user("Weather in Paris?"),
         "tools": [weather()],
@@ -268,6 +268,23 @@ fn a_call_cut_by_the_length_limit_says_length() {
         .as_str()
         .unwrap();
     assert!(serde_json::from_str::<Value>(args).is_err(), "{args}");
+    // Cut by a stop string: "stop", never "tool_calls", since the arguments are unfinished.
+    let r = chat(json!({
+        "messages": user("Weather in Paris?"),
+        "tools": [weather()],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "stop": ["unit"],
+    }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let args = v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .unwrap();
+    assert!(
+        !args.contains("unit") && serde_json::from_str::<Value>(args).is_err(),
+        "{args}"
+    );
 }
 
 #[test]
