@@ -448,3 +448,13 @@ fn request_fields_read_gbnf_or_lark_by_llama_cpp_and_vllm_rules() {
     .unwrap();
     check("marked lark", &st, &["a", "b"], &["ab"]);
 }
+
+#[test]
+fn large_nested_repetitions_compile_and_count_exactly() {
+    // llama.cpp expands repetitions into rules and refuses this one by its own count; llguidance
+    // counts instead of expanding, so it compiles at once and still counts exactly.
+    let st = gbnf("root ::= (\"ab\"{2000}){2}\n");
+    let ab = |n: usize| "ab".repeat(n);
+    check("nested", &st, &[&ab(4000)], &[&ab(3999), &ab(4001), "a"]);
+    gbnf("root ::= ((\"ab\"{2000}){2000}){2000}\n");
+}
