@@ -14,8 +14,9 @@ pub struct ConstraintArgs {
     /// first.
     #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
     pub json_schema: Option<PathBuf>,
-    /// Constrain the output to a grammar file: Lark in llguidance's dialect (`start: ...`; a
-    /// first line `%llguidance {}` is allowed).
+    /// Constrain the output to a grammar file, read as llama.cpp reads one: GBNF (`root ::=
+    /// ...`), or Lark in llguidance's dialect when its first line is `%llguidance {}`. A `.lark`
+    /// file without that line, or a `.gbnf` file with it, is refused rather than guessed.
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<PathBuf>,
 }
@@ -36,8 +37,23 @@ impl ConstraintArgs {
         if let Some(path) = &self.grammar {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("--grammar: reading {}", path.display()))?;
+            let spec = gauge_grammar::grammar_text("grammar", text);
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            match (&spec, ext) {
+                (ConstraintSpec::Gbnf(_), "lark") => anyhow::bail!(
+                    "--grammar {}: a .lark file is read as GBNF unless its first line is \
+                     `%llguidance {{}}` (llama.cpp's marker for a Lark grammar); add that line",
+                    path.display()
+                ),
+                (ConstraintSpec::Lark(_), "gbnf") => anyhow::bail!(
+                    "--grammar {}: a .gbnf file starts with `%llguidance`, which marks a Lark \
+                     grammar; remove the line or rename the file",
+                    path.display()
+                ),
+                _ => {}
+            }
             return Ok(Some(ConstraintRequest {
-                spec: ConstraintSpec::Lark(text),
+                spec,
                 field: format!("--grammar {}", path.display()),
             }));
         }

@@ -216,3 +216,40 @@ fn models_path_of_an_unknown_name_lists_the_known_ones() {
         stderr(&o)
     );
 }
+
+/// `--grammar FILE` is read as llama.cpp reads a grammar: GBNF, or Lark after `%llguidance`;
+/// a `.lark` file without the marker (or a `.gbnf` with it) is refused, not guessed; a bad GBNF
+/// names the file, line and problem.
+#[test]
+fn chain_grammar_file_is_gbnf_or_marked_lark() {
+    let dir = std::env::temp_dir().join(format!("gauge-cli-grammar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let gbnf = write("yes.gbnf", "root ::= \"yes\" | \"no\"\n");
+    let lark = write("yes.lark", "%llguidance {}\nstart: \"yes\" | \"no\"\n");
+    for f in [&gbnf, &lark] {
+        let o = gauge(&["chain", "--grammar", f]);
+        assert!(o.status.success(), "{f}: {}", stderr(&o));
+        assert!(stdout(&o).contains("grammar"), "{}", stdout(&o));
+    }
+    let unmarked = write("plain.lark", "start: \"yes\"\n");
+    let o = gauge(&["chain", "--grammar", &unmarked]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("%llguidance"), "{}", stderr(&o));
+    let marked = write("marked.gbnf", "%llguidance {}\nstart: \"yes\"\n");
+    let o = gauge(&["chain", "--grammar", &marked]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let bad = write("bad.gbnf", "root ::= \"a\"\nitem = \"b\"\n");
+    let o = gauge(&["chain", "--grammar", &bad]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("bad.gbnf") && err.contains("GBNF line 2"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

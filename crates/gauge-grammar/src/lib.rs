@@ -1,6 +1,6 @@
 //! Grammar and JSON-schema constrained decoding for gauge's chain, backed by `llguidance`.
 //!
-//! A request's constraint (a JSON Schema, "any JSON", a Lark grammar, a regex or a list of
+//! A request's constraint (a JSON Schema, "any JSON", a GBNF or Lark grammar, a regex or a list of
 //! choices; [`ConstraintSpec`]) is compiled once, off the decode thread, against the model's
 //! [`GrammarVocab`] (every token's bytes, built once per model) into a [`GrammarStage`]: a
 //! [`gauge_sampling::Sampler`] that goes *first* in the chain.
@@ -36,13 +36,15 @@
 //! to the generated text only.
 
 mod error;
+mod gbnf;
 mod spec;
 mod stage;
 mod state;
 mod vocab;
 
 pub use error::GrammarError;
-pub use spec::{ConstraintRequest, ConstraintSpec, CONSTRAINT_FIELDS};
+pub use gbnf::{gbnf_to_lark, is_llguidance_lark, looks_like_gbnf, GbnfError};
+pub use spec::{grammar_text, ConstraintRequest, ConstraintSpec, CONSTRAINT_FIELDS};
 pub use stage::{constrain, GrammarStage, STAGE_NAME};
 pub use state::GrammarState;
 pub use vocab::{GrammarVocab, SPECIAL_MARKER};

@@ -21,6 +21,8 @@ pub enum ConstraintSpec {
     AnyJson,
     /// A Lark grammar in llguidance's dialect (llama.cpp's `%llguidance` line is allowed).
     Lark(String),
+    /// A GBNF grammar (llama.cpp's format), translated to Lark when compiled.
+    Gbnf(String),
     /// A regular expression the whole output matches.
     Regex(String),
     /// Exactly one of these strings.
@@ -34,6 +36,7 @@ impl ConstraintSpec {
             ConstraintSpec::JsonSchema(_) => "JSON schema",
             ConstraintSpec::AnyJson => "JSON object grammar",
             ConstraintSpec::Lark(_) => "grammar",
+            ConstraintSpec::Gbnf(_) => "GBNF grammar",
             ConstraintSpec::Regex(_) => "regex",
             ConstraintSpec::Choice(_) => "choice list",
         }
@@ -45,6 +48,7 @@ impl ConstraintSpec {
             ConstraintSpec::JsonSchema(_) => "json_schema",
             ConstraintSpec::AnyJson => "json_object",
             ConstraintSpec::Lark(_) => "lark",
+            ConstraintSpec::Gbnf(_) => "gbnf",
             ConstraintSpec::Regex(_) => "regex",
             ConstraintSpec::Choice(_) => "choice",
         }
@@ -155,6 +159,25 @@ fn response_format(v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
     }
 }
 
+/// A grammar field's text as a constraint. llama-server's `grammar` is GBNF unless it starts
+/// with `%llguidance` (llama.cpp's own marker for an llguidance Lark grammar); vLLM's
+/// `guided_grammar` is GBNF when a line defines a rule with `::=` and Lark otherwise (vLLM's
+/// `grammar_is_likely_lark`).
+pub fn grammar_text(field: &str, g: String) -> ConstraintSpec {
+    let gbnf = if crate::gbnf::is_llguidance_lark(&g) {
+        false
+    } else if field == "guided_grammar" {
+        crate::gbnf::looks_like_gbnf(&g)
+    } else {
+        true
+    };
+    if gbnf {
+        ConstraintSpec::Gbnf(g)
+    } else {
+        ConstraintSpec::Lark(g)
+    }
+}
+
 /// One field's constraint (`None` when the field holds its neutral value).
 fn one(name: &str, v: &Value) -> Result<Option<ConstraintRequest>, GrammarError> {
     let req = |spec| {
@@ -170,12 +193,12 @@ fn one(name: &str, v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
             let g = text(
                 name,
                 v,
-                "a grammar (Lark, llguidance's dialect) as a string",
+                "a grammar as a string (GBNF, or Lark starting with `%llguidance`)",
             )?;
             if g.trim().is_empty() {
                 return Ok(None);
             }
-            req(ConstraintSpec::Lark(g))
+            req(grammar_text(name, g))
         }
         "guided_regex" => req(ConstraintSpec::Regex(text(
             name,

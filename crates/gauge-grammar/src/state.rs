@@ -87,6 +87,9 @@ fn top_level(spec: &ConstraintSpec) -> Result<TopLevelGrammar, String> {
             };
             TopLevelGrammar::from_lark(body)
         }
+        ConstraintSpec::Gbnf(text) => {
+            TopLevelGrammar::from_lark(crate::gbnf::gbnf_to_lark(text).map_err(|e| e.to_string())?)
+        }
         ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
         ConstraintSpec::Choice(choices) => {
             let alts: Vec<String> = choices.iter().map(|c| lark_literal(c)).collect();

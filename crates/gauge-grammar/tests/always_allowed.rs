@@ -1,6 +1,6 @@
 //! The constraint's promise: under any sampler setting, every chosen token is one the grammar
 //! allows. Real grammars (a JSON schema, a Lark grammar, a regex) compiled for the default
-//! model's real vocabulary; random parameters (every stage, random order, biases that push
+//! model's real vocabulary (a GBNF grammar among them); random parameters (every stage, random order, biases that push
 //! forbidden tokens up by +100) on random rows with forbidden spikes. An independent
 //! grammar state checks every chosen token; the run ends only where the grammar allows it.
 
@@ -38,7 +38,7 @@ fn model_and_vocab() -> &'static (Arc<Model>, GrammarVocab) {
 }
 
 /// The constraints under test: a schema with nested objects, arrays, enums and bounds (the shape
-/// of the A2 schemas), a Lark grammar and a regex.
+/// of the A2 schemas), a Lark grammar, a regex and llama.cpp's arithmetic GBNF.
 fn constraints() -> Vec<ConstraintRequest> {
     let schema = json!({
         "type": "object",
@@ -61,6 +61,13 @@ fn constraints() -> Vec<ConstraintRequest> {
             field: "grammar".into(),
         },
         ConstraintRequest { spec: ConstraintSpec::Regex("(yes|no|maybe) [A-Z][a-z]{0,8}\\.".into()), field: "guided_regex".into() },
+        ConstraintRequest {
+            spec: ConstraintSpec::Gbnf(
+                std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gbnf/arithmetic.gbnf"))
+                    .expect("arithmetic.gbnf"),
+            ),
+            field: "grammar".into(),
+        },
     ]
 }
 
@@ -178,7 +185,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn chosen_token_is_always_allowed(params in params(), which in 0usize..3, row_seed in any::<u64>()) {
+    fn chosen_token_is_always_allowed(params in params(), which in 0usize..4, row_seed in any::<u64>()) {
         let (model, vocab) = model_and_vocab();
         let n = model.n_vocab();
         let req = &constraints()[which];

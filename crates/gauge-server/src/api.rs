@@ -34,6 +34,7 @@ use crate::config::ServerConfig;
 use crate::engine::{EngineStats, Event, Finish, Job, Msg, TokenProb};
 use crate::error::ApiError;
 use crate::request::{prepare, Endpoint, Prepared};
+use crate::tools::ToolMode;
 
 /// Shared by every handler.
 pub(crate) struct AppState {
@@ -264,6 +265,20 @@ struct Meta {
     settings: Value,
     prompt_text: String,
     n_prompt: usize,
+    /// The output is a tool call (chat with tools): the response carries `tool_calls`.
+    tools: Option<ToolMode>,
+}
+
+impl Meta {
+    /// The id of the response's `i`-th tool call.
+    fn call_id(&self, i: usize) -> String {
+        let tail: String = self
+            .id
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        format!("call_{tail}_{i}")
+    }
 }
 
 async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<Response, ApiError> {
@@ -320,6 +335,7 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         settings,
         prompt_text: prep.prompt_text,
         n_prompt: prep.prompt.len(),
+        tools: prep.tools,
     };
     let (tx, rx) = unbounded_channel();
     let job = Job {
@@ -535,6 +551,16 @@ fn full_response(
             v
         }
     };
+    if let (Endpoint::Chat, Some(mode)) = (meta.ep, &meta.tools) {
+        let text = v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (message, finish) =
+            crate::tools::message(mode, &text, &|i| meta.call_id(i), f.reason.openai());
+        v["choices"][0]["message"] = message;
+        v["choices"][0]["finish_reason"] = json!(finish);
+    }
     if let Some(e) = &meta.echo {
         v["gauge"] = e.clone();
     }
@@ -583,6 +609,9 @@ struct StreamState {
     done: bool,
     predicted: usize,
     offset: usize,
+    /// A tool-call output so far: a "required" array is sent when complete (split into calls);
+    /// a named call's arguments decide the finish reason.
+    held: String,
     /// Held until the stream ends (the client read everything or went away).
     _guard: InFlight,
 }
@@ -609,14 +638,74 @@ impl StreamState {
 
     fn start(&mut self) {
         if self.meta.ep == Endpoint::Chat {
+            // A named tool call announces the call first (OpenAI's shape); its arguments follow
+            // as `tool_calls[0].function.arguments` deltas.
+            let delta = match &self.meta.tools {
+                Some(ToolMode::Named(name)) => json!({"role": "assistant", "content": null,
+                    "tool_calls": [{"index": 0, "id": self.meta.call_id(0), "type": "function",
+                                    "function": {"name": name, "arguments": ""}}]}),
+                Some(ToolMode::Required) => json!({"role": "assistant", "content": null}),
+                None => json!({"role": "assistant", "content": ""}),
+            };
             let c = self.chunk(json!({
                 "index": 0,
-                "delta": {"role": "assistant", "content": ""},
+                "delta": delta,
                 "logprobs": null,
                 "finish_reason": null,
             }));
             self.push(c);
         }
+    }
+
+    /// A piece of a tool-call output (chat with tools).
+    fn tool_chunk(&mut self, text: &str, logprobs: Value) {
+        match &self.meta.tools {
+            Some(ToolMode::Named(_)) => {
+                // Kept too: the finish reason depends on whether the arguments are complete.
+                self.held.push_str(text);
+                if text.is_empty() && logprobs.is_null() {
+                    return;
+                }
+                let c = self.chunk(json!({
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": text}}]},
+                    "logprobs": logprobs,
+                    "finish_reason": null,
+                }));
+                self.push(c);
+            }
+            _ => self.held.push_str(text),
+        }
+    }
+
+    /// The end of a tool-call output: a "required" array's calls, one chunk each, and the
+    /// finish reason ("tool_calls", or the engine's when cut).
+    fn tool_finish(&mut self, finish: &str) -> String {
+        let mode = self.meta.tools.clone().expect("tool output");
+        let held = std::mem::take(&mut self.held);
+        let (message, reason) =
+            crate::tools::message(&mode, &held, &|i| self.meta.call_id(i), finish);
+        if mode == ToolMode::Required {
+            let delta = match message.get("tool_calls").and_then(Value::as_array) {
+                Some(calls) => calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let mut c = c.clone();
+                        c["index"] = json!(i);
+                        json!({"tool_calls": [c]})
+                    })
+                    .collect::<Vec<_>>(),
+                None => vec![json!({"content": held})],
+            };
+            for d in delta {
+                let c = self.chunk(
+                    json!({"index": 0, "delta": d, "logprobs": null, "finish_reason": null}),
+                );
+                self.push(c);
+            }
+        }
+        reason
     }
 
     fn text_chunk(&mut self, text: &str, id: Option<TokenId>, prob: Option<&TokenProb>) {
@@ -629,6 +718,9 @@ impl StreamState {
                     }
                     _ => Value::Null,
                 };
+                if self.meta.tools.is_some() {
+                    return self.tool_chunk(text, logprobs);
+                }
                 if text.is_empty() && logprobs.is_null() {
                     return;
                 }
@@ -688,7 +780,12 @@ impl StreamState {
                 }
                 let last = match self.meta.ep {
                     Endpoint::Chat => {
-                        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": f.reason.openai()})
+                        let reason = if self.meta.tools.is_some() {
+                            self.tool_finish(f.reason.openai())
+                        } else {
+                            f.reason.openai().to_string()
+                        };
+                        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": reason})
                     }
                     _ => {
                         json!({"index": 0, "text": "", "logprobs": null, "finish_reason": f.reason.openai()})
@@ -752,6 +849,7 @@ fn stream_response(meta: Meta, rx: UnboundedReceiver<Event>, guard: InFlight) ->
         done: false,
         predicted: 0,
         offset: 0,
+        held: String::new(),
         _guard: guard,
     };
     state.start();

@@ -223,6 +223,19 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
                 ),
             ));
         }
+        // A tool call is a constraint too (crate::tools): refused the same way.
+        let tool_call = ep == Endpoint::Chat
+            && value
+                .as_object()
+                .and_then(|o| crate::tools::plan(o).ok().flatten())
+                .is_some();
+        if tool_call {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "`tool_choice`: /explain does not apply the tool-call constraint; ask \
+                 /v1/chat/completions for tool calls",
+            ));
+        }
         let prep = prepare(ep, &value, &st2.model, &st2.cfg, &st2.grammars)?;
         let companion = |mode: PenaltyMode| {
             let mut p = prep.params.clone();

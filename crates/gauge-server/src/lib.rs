@@ -68,6 +68,7 @@ mod playground;
 mod request;
 pub mod stop;
 mod template;
+mod tools;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -135,7 +135,10 @@ async fn apply_template_inner(st: Arc<AppState>, body: Body) -> Result<Value, Ap
     let v = read_json(&st, body).await?;
     blocking(move || {
         let o = object(&v)?;
-        let prompt = crate::request::chat_prompt(o, &st.model, &st.cfg)?;
+        // With `tools`, the prompt chat would use: the tools' system message included.
+        let plan = crate::tools::plan(o)?;
+        let tool_text = plan.as_ref().map(|p| p.system_text.as_str());
+        let prompt = crate::request::chat_prompt(o, &st.model, &st.cfg, tool_text)?;
         Ok(json!({ "prompt": prompt }))
     })
     .await

@@ -14,12 +14,14 @@
 //!   (`"gauge": {"seed"}` with `echo_chain`), so any run can be replayed. llama.cpp draws one per
 //!   stage; both are random, but only one is reproducible.
 //! - **Features gauge does not serve are refused, not ignored**: `n` > 1, `best_of`, `echo`,
-//!   `suffix` and tools come back as 400 naming the field, because silently dropping a feature
-//!   the client relies on is worse than an error.
+//!   `suffix`, `tool_choice: "auto"` and tools outside chat come back as 400 naming the field,
+//!   because silently dropping a feature the client relies on is worse than an error.
 //! - **Constraints** (`response_format` `json_object` / `json_schema`, llama-server's `json_schema`
 //!   and `grammar`, vLLM's `guided_*`) are compiled here by `gauge-grammar` against the model's
 //!   grammar vocabulary (built on the first constrained request, then shared) and put in front of
-//!   the chain; a schema the engine cannot compile is a 400 naming the field path.
+//!   the chain; a schema the engine cannot compile is a 400 naming the field path. Chat's
+//!   `tools` with a named or `"required"` `tool_choice` become a JSON-schema constraint too
+//!   ([`crate::tools`]).
 
 use gauge_engine::Model;
 use gauge_grammar::{constrain, ConstraintRequest, GrammarError, GrammarStage, GrammarVocab};
@@ -65,6 +67,8 @@ pub(crate) struct Prepared {
     pub prompt_text: String,
     /// Request fields gauge does not know: accepted (as llama-server does), reported back.
     pub unknown_fields: Vec<String>,
+    /// The output is a tool call (chat `tools` with a named or "required" `tool_choice`).
+    pub tools: Option<crate::tools::ToolMode>,
 }
 
 /// The server's own request fields (the sampling ones are in [`gauge_sampling::fields`]).
@@ -117,7 +121,7 @@ fn get_bool(o: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError
 }
 
 /// Refuse what gauge does not serve (see the module docs).
-fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
+fn refuse_unsupported(ep: Endpoint, o: &Map<String, Value>) -> Result<(), ApiError> {
     for name in ["n", "n_cmpl", "best_of"] {
         if let Some(v) = get(o, name) {
             if v.as_i64() != Some(1) {
@@ -141,10 +145,18 @@ fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
         ));
     }
     for name in ["tools", "functions"] {
+        if name == "tools" && ep == Endpoint::Chat {
+            continue;
+        }
         if get(o, name).is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
+            let why = if name == "tools" {
+                "is served on /v1/chat/completions only"
+            } else {
+                "(the legacy form) is not supported: send `tools` and `tool_choice`"
+            };
             return Err(ApiError::unsupported(
                 name,
-                format!("`{name}` (tool calling) is not supported"),
+                format!("`{name}` (tool calling) {why}"),
             ));
         }
     }
@@ -234,6 +246,7 @@ pub(crate) fn chat_prompt(
     o: &Map<String, Value>,
     model: &Model,
     cfg: &ServerConfig,
+    tool_text: Option<&str>,
 ) -> Result<String, ApiError> {
     let msgs = match get(o, "messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
@@ -251,28 +264,44 @@ pub(crate) fn chat_prompt(
             ))
         }
     };
+    let roles = "\"system\", \"developer\", \"user\", \"assistant\" or \"tool\"";
     let mut pairs: Vec<(String, String)> = Vec::with_capacity(msgs.len());
+    let mut history = crate::tools::History::default();
     for (i, m) in msgs.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
             ApiError::field(
                 &format!("messages[{i}].role"),
                 m.get("role").unwrap_or(&Value::Null),
-                "\"system\", \"developer\", \"user\" or \"assistant\"",
+                roles,
             )
         })?;
         let role = match role {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
+            "tool" => "tool",
             other => {
                 return Err(ApiError::field(
                     &format!("messages[{i}].role"),
                     format!("{other:?}"),
-                    "\"system\", \"developer\", \"user\" or \"assistant\"",
+                    roles,
                 ))
             }
         };
-        pairs.push((role.to_string(), message_content(m.get("content"), i)?));
+        let content = message_content(m.get("content"), i)?;
+        pairs.push(history.turn(m, i, role, content)?);
+    }
+    // The tools, described in the first system message (see crate::tools).
+    if let Some(t) = tool_text {
+        match pairs.first_mut() {
+            Some((r, c)) if r == "system" => {
+                if !c.is_empty() {
+                    c.push_str("\n\n");
+                }
+                c.push_str(t);
+            }
+            _ => pairs.insert(0, ("system".into(), t.to_string())),
+        }
     }
     let refs: Vec<(&str, &str)> = pairs
         .iter()
@@ -372,8 +401,19 @@ pub(crate) fn prepare(
     grammars: &GrammarCache,
 ) -> Result<Prepared, ApiError> {
     let o = obj(body)?;
-    refuse_unsupported(o)?;
-    let constraint = ConstraintRequest::from_request(o)?;
+    refuse_unsupported(ep, o)?;
+    let mut constraint = ConstraintRequest::from_request(o)?;
+    let tool_plan = if ep == Endpoint::Chat {
+        crate::tools::plan(o)?
+    } else {
+        None
+    };
+    if let Some(p) = &tool_plan {
+        if let Some(c) = &constraint {
+            return Err(crate::tools::conflict(c).into());
+        }
+        constraint = Some(p.constraint.clone());
+    }
     // The sampling fields without the constraint ones (vLLM's `guided_*` are refused there).
     let sampling_body = Value::Object(ConstraintRequest::strip(o));
     let body = &sampling_body;
@@ -448,7 +488,12 @@ pub(crate) fn prepare(
 
     let (prompt_text, prompt, prompt_field) = match ep {
         Endpoint::Chat => {
-            let text = chat_prompt(o, model, cfg)?;
+            let text = chat_prompt(
+                o,
+                model,
+                cfg,
+                tool_plan.as_ref().map(|p| p.system_text.as_str()),
+            )?;
             let toks = model.tokenize_prompt(&text).map_err(|e| {
                 let mut e = ApiError::from(e);
                 e.param = Some("messages".into());
@@ -485,7 +530,19 @@ pub(crate) fn prepare(
     }
     let mut chain = Chain::from_params(&params, model.n_vocab(), Some(model))?;
     if let Some(c) = &constraint {
-        let stage = GrammarStage::compile(c, grammars.get(model)?, &params)?;
+        let vocab = grammars.get(model)?;
+        let stage = match GrammarStage::compile(c, vocab, &params) {
+            Ok(s) => s,
+            Err(e) => {
+                // A "required" schema that fails: name the tool whose parameters fail alone.
+                if let Some(p) = &tool_plan {
+                    for t in &p.per_tool {
+                        GrammarStage::compile(t, vocab, &params)?;
+                    }
+                }
+                return Err(e.into());
+            }
+        };
         chain = constrain(chain, stage);
     }
     Ok(Prepared {
@@ -503,5 +560,6 @@ pub(crate) fn prepare(
         params,
         prompt_text,
         unknown_fields,
+        tools: tool_plan.map(|p| p.mode),
     })
 }

@@ -488,7 +488,11 @@ fn unknown_route_is_404_and_wrong_method_405_in_openai_shape() {
 #[test]
 fn unsupported_features_are_refused_not_ignored() {
     for (extra, field) in [
-        (json!({"tools": [{"type": "function"}]}), "tools"),
+        // Tools without a tool_choice mean OpenAI's "auto", which gauge cannot serve.
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            "tool_choice",
+        ),
         (json!({"functions": [{"name": "f"}]}), "functions"),
     ] {
         let r = post(shared(), "/v1/chat/completions", &chat_body(extra));

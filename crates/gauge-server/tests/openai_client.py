@@ -5,6 +5,7 @@ Usage: python3 openai_client.py BASE_URL MODEL    (BASE_URL like http://127.0.0.
 Run by tests/openai_client.rs; exits non-zero on the first failed check.
 """
 
+import json
 import sys
 
 import openai
@@ -115,5 +116,60 @@ try:
     check(False, "repeat_penalty_mode = sideways was accepted")
 except openai.BadRequestError as e:
     check(e.param == "repeat_penalty_mode", f"param {e.param!r}")
+
+# tools: a named tool_choice, parsed by the client into `tool_calls`, streamed and not
+weather = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 30},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+named = {"type": "function", "function": {"name": "get_weather"}}
+r = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Weather in Lisbon?"}],
+    tools=[weather], tool_choice=named, seed=5,
+)
+c = r.choices[0]
+check(c.finish_reason == "tool_calls", f"tool finish_reason: {c.finish_reason}")
+check(c.message.content is None, f"tool message content: {c.message.content!r}")
+calls = c.message.tool_calls
+check(len(calls) == 1 and calls[0].type == "function", f"tool_calls: {calls}")
+check(calls[0].function.name == "get_weather" and calls[0].id.startswith("call_"), f"call: {calls[0]}")
+args = json.loads(calls[0].function.arguments)
+check(set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit"), f"arguments: {args}")
+
+parts, name, finish = [], None, None
+for chunk in client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Weather in Lisbon?"}],
+    tools=[weather], tool_choice="required", parallel_tool_calls=False, seed=5, stream=True,
+):
+    for ch in chunk.choices:
+        for t in ch.delta.tool_calls or []:
+            check(t.index == 0, f"one call: {t}")
+            name = t.function.name or name
+            parts.append(t.function.arguments or "")
+        if ch.finish_reason:
+            finish = ch.finish_reason
+check(finish == "tool_calls" and name == "get_weather", f"streamed call {name} {finish}")
+args = json.loads("".join(parts))
+check(set(args) == {"city", "unit"}, f"streamed arguments: {args}")
+
+try:
+    client.chat.completions.create(
+        model=model, messages=messages, tools=[weather], tool_choice="auto", max_tokens=4,
+    )
+    check(False, "tool_choice = auto was accepted")
+except openai.BadRequestError as e:
+    check(e.param == "tool_choice", f"param {e.param!r}")
 
 print(f"openai {openai.__version__}: {checks} checks passed")

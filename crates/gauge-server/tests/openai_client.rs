@@ -1,6 +1,7 @@
 //! The real `openai` Python client against an in-process server on a loopback port: chat,
-//! completion, streaming, logprobs, a per-request `repeat_penalty_mode: "normalized"`, and an
-//! invalid field that must come back as a 400 naming it (tests/openai_client.py).
+//! completion, streaming, logprobs, a per-request `repeat_penalty_mode: "normalized"`, tool
+//! calls (named and "required", streamed; `tool_choice: "auto"` a 400), and an invalid field
+//! that must come back as a 400 naming it (tests/openai_client.py).
 //!
 //! Skipped with a message when `import openai` fails locally; under CI (`CI` set) a missing
 //! client is a failure, since .ci/run installs it.

@@ -172,9 +172,29 @@ fn a_schema_the_engine_cannot_compile_is_a_400_naming_the_field() {
     let r = post(
         addr,
         "/completion",
-        &json!({"prompt": "hi", "grammar": "start: (("}),
+        &json!({"prompt": "hi", "grammar": "root ::= ((\"a\""}),
     );
     assert_error(&r, 400, Some("grammar"));
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("GBNF line 1") && msg.contains("expected `)`"),
+        "{msg}"
+    );
+    // A Lark grammar is marked as llama.cpp marks it; without the marker it is read as GBNF.
+    let r = post(
+        addr,
+        "/completion",
+        &json!({"prompt": "hi", "grammar": "%llguidance {}\nstart: (("}),
+    );
+    assert_error(&r, 400, Some("grammar"));
+    let r = post(
+        addr,
+        "/completion",
+        &json!({"prompt": "hi", "grammar": "start: \"a\""}),
+    );
+    assert_error(&r, 400, Some("grammar"));
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("expected `::=`"), "{msg}");
     let r = post(
         addr,
         "/v1/chat/completions",
@@ -189,7 +209,7 @@ fn two_constraints_or_ignore_eos_with_one_are_refused() {
     let r = post(
         addr,
         "/completion",
-        &json!({"prompt": "hi", "json_schema": {"type": "object"}, "grammar": "start: \"a\""}),
+        &json!({"prompt": "hi", "json_schema": {"type": "object"}, "grammar": "root ::= \"a\""}),
     );
     assert_error(&r, 400, Some("grammar"));
     let r = post(
@@ -231,11 +251,11 @@ fn json_mode_grammar_and_choice_are_honoured_on_every_endpoint() {
             .starts_with("logits -> grammar -> "),
         "{v}"
     );
-    // A Lark grammar on llama-server's /completion.
+    // A Lark grammar on llama-server's /completion, marked as llama.cpp marks one.
     let r = post(
         addr,
         "/completion",
-        &json!({"prompt": "Answer yes or no: is the sky blue?", "grammar": "start: \"yes\" | \"no\"", "temperature": 1.5, "seed": 3}),
+        &json!({"prompt": "Answer yes or no: is the sky blue?", "grammar": "%llguidance {}\nstart: \"yes\" | \"no\"", "temperature": 1.5, "seed": 3}),
     );
     assert_eq!(r.status, 200, "{}", r.body);
     let c = r.json()["content"].as_str().unwrap().to_string();
@@ -260,4 +280,60 @@ fn json_mode_grammar_and_choice_are_honoured_on_every_endpoint() {
         c.len() == 5 && c.starts_with(' ') && c[1..].chars().all(|ch| ch.is_ascii_digit()),
         "{c:?}"
     );
+}
+
+/// Is `text` two or three lines `- <letters> <1-3 digits>`? (The GBNF below, checked by hand.)
+fn is_shopping_list(text: &str) -> bool {
+    let Some(body) = text.strip_suffix('\n') else {
+        return false;
+    };
+    let lines: Vec<&str> = body.split('\n').collect();
+    (2..=3).contains(&lines.len())
+        && lines.iter().all(|l| {
+            let Some(rest) = l.strip_prefix("- ") else {
+                return false;
+            };
+            let Some((word, n)) = rest.split_once(' ') else {
+                return false;
+            };
+            (1..=12).contains(&word.len())
+                && word.chars().all(|c| c.is_ascii_lowercase())
+                && (1..=3).contains(&n.len())
+                && n.chars().all(|c| c.is_ascii_digit())
+        })
+}
+
+#[test]
+fn gbnf_grammar_is_honoured_on_completion_and_chat() {
+    let addr = small_server();
+    let list = "# two or three items with counts\nroot ::= item{2,3}\nitem ::= \"- \" [a-z]{1,12} \" \" [0-9]{1,3} \"\\n\"\n";
+    for (seed, temperature, penalty) in [(1, 0.0, 1.0), (7, 1.5, 1.3), (9, 2.0, 1.5)] {
+        let r = post(
+            addr,
+            "/completion",
+            &json!({"prompt": "A shopping list:\n", "grammar": list, "temperature": temperature,
+                    "seed": seed, "repeat_penalty": penalty, "n_predict": 96}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        let c = v["content"].as_str().unwrap();
+        assert!(is_shopping_list(c), "{c:?} (seed {seed})");
+        assert_eq!(v["stop_type"], "eos", "{v}");
+    }
+    // On chat, llama.cpp's style of JSON answer as GBNF; the output parses.
+    let r = post(
+        addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Is the sky blue? Answer in JSON."}],
+                "grammar": "root ::= \"{\\\"answer\\\": \" (\"true\" | \"false\") \", \\\"why\\\": \\\"\" [a-zA-Z ]{1,30} \"\\\"}\"",
+                "temperature": 0.8, "seed": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let parsed: Value = serde_json::from_str(content(&v)).expect("GBNF JSON answer parses");
+    assert!(
+        parsed["answer"].is_boolean() && parsed["why"].is_string(),
+        "{parsed}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
 }
