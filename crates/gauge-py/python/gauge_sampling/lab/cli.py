@@ -170,7 +170,7 @@ def make_engine(args, ref, device: str, dtype: str, max_model_len: int = 1024):
     if args.engine == "hf":
         from .hf_engine import HfEngine
 
-        model, tok = models.load_hf(ref, dtype, device)
+        model, tok = models.load_engine_model(ref, dtype, device)
         return HfEngine(model, device, tok), tok, int(model.get_output_embeddings().weight.shape[0])
     from .vllm_engine import VllmEngine
 
