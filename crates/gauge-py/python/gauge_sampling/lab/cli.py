@@ -70,7 +70,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="the note's full grid (200 × 200, 4 θ)")
     p.add_argument("--out", default="results", help="results root; the run goes to <out>/<run-id>/")
     p.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
-    p.add_argument("--n-seq-max", type=int, default=256, help="live sequences (fits the chunk)")
+    p.add_argument(
+        "--n-seq-max",
+        type=int,
+        default=256,
+        help="most runs decoded at once (fits the chunk; hf batches chunks up to it)",
+    )
     _engine_flags(p)
     j = sub.add_parser("json", help="A2, JSON-schema validity (gauge json's flags)")
     j.add_argument("--model", "-m", default=_native.default_model(), help="registry name, GGUF or HF folder")
@@ -238,7 +243,9 @@ def run_probe_command(args) -> int:
     prompts = [tok(text)["input_ids"] for _, text in _native.a1_prefixes()[: cfg["prefixes"]]]
     t0 = time.monotonic()
     try:
-        summary, run_dir = run_probe(engine, prompts, cfg_json, Path(args.out), n_vocab)
+        summary, run_dir = run_probe(
+            engine, prompts, cfg_json, Path(args.out), n_vocab, max_runs=args.n_seq_max
+        )
     finally:
         close = getattr(engine, "close", None)
         if close:

@@ -156,7 +156,11 @@ class HfEngine:
             outs[i][0].forward_tokens += len(p)
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        # Only the last position's logits are used (every row ends at its real last token):
+        # the full-vocabulary head over every prompt position would be most of the prefill.
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
+        )
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         next_pos = mask.sum(-1)  # [G] position of each group's next token

@@ -24,11 +24,38 @@ def describe_grid(cfg: dict) -> str:
     return f"{','.join(cfg['ops'])} × θ {{{th}}} × ±{cfg['shift']:g}"
 
 
+def batches(run, pending: list[int], runs_per_prompt: int, max_runs: int) -> list[list[int]]:
+    """Pending chunks grouped into decode batches of at most ``max_runs`` runs (a chunk that is
+    larger on its own is still one batch). Fewer, larger batches stream the weights through
+    fewer forward passes; each chunk is still written (and resumed) on its own."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
+    for k in pending:
+        m = len(run.chunk_prefixes(k)) * runs_per_prompt
+        if cur and n + m > max_runs:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(k)
+        n += m
+    if cur:
+        out.append(cur)
+    return out
+
+
 def run_probe(
-    engine, prompts: list[list[int]], cfg_json: str, out_root: Path, n_vocab: int, plots: bool = True
+    engine,
+    prompts: list[list[int]],
+    cfg_json: str,
+    out_root: Path,
+    n_vocab: int,
+    plots: bool = True,
+    max_runs: int = 256,
 ):
     """Run (or resume) the probe of ``cfg_json`` on ``engine``; returns (summary dict, run dir).
-    Raises ``_native.GateFailed`` after writing every output if an op flips at θ = 1."""
+    Runs are decoded in batches of at most ``max_runs`` (``--n-seq-max``), or a whole phase at
+    once for an engine that batches itself. Raises ``_native.GateFailed`` after writing every
+    output if an op flips at θ = 1."""
     cfg = json.loads(cfg_json)
     run = _native.ProbeRun(str(out_root), cfg_json, prompts, n_vocab)
     tokens = cfg["tokens"]
@@ -42,7 +69,7 @@ def run_probe(
         label = f"A1 {describe_grid(cfg)} " if phase == 0 else "A1 own-median gauge "
         bar = progress_bar(total, done, label)
         step = bar.update if bar is not None else (lambda n: None)
-        groups = [pending] if engine.whole_phase else [[k] for k in pending]
+        groups = [pending] if engine.whole_phase else batches(run, pending, len(plan), max_runs)
         for ks in groups:
             jobs = [(k, p) for k in ks for p in run.chunk_prefixes(k)]
             outs = engine.decode([prompts[p] for _, p in jobs], plan, tokens, step)
