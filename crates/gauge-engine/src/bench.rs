@@ -562,7 +562,7 @@ fn decode_run(
     side: Side,
 ) -> Result<(f64, f64)> {
     enum S {
-        G(Chain),
+        G(Box<Chain>),
         R(ReferenceChain),
     }
     let mut seqs = Vec::with_capacity(prompts.len());
@@ -572,7 +572,11 @@ fn decode_run(
             ..opts.params.clone()
         };
         let mut chain = match side {
-            Side::Gauge => S::G(Chain::from_params(&params, model.n_vocab(), Some(model))?),
+            Side::Gauge => S::G(Box::new(Chain::from_params(
+                &params,
+                model.n_vocab(),
+                Some(model),
+            )?)),
             Side::Llama => S::R(ReferenceChain::from_params(&params, model)?),
         };
         match &mut chain {

@@ -229,7 +229,8 @@ fn without_the_stage_the_rows_pick_forbidden_tokens() {
     let (model, vocab) = model_and_vocab();
     let n = model.n_vocab();
     let mut forbidden = 0;
-    for (i, req) in constraints().iter().enumerate() {
+    let all = constraints();
+    for (i, req) in all.iter().enumerate() {
         let mut chain = Chain::from_params(&SamplingParams::default(), n, Some(&**model)).unwrap();
         let mut check = GrammarState::compile(req, vocab).unwrap();
         let tok = chain
@@ -239,5 +240,9 @@ fn without_the_stage_the_rows_pick_forbidden_tokens() {
             forbidden += 1;
         }
     }
-    assert_eq!(forbidden, 3, "the random rows should tempt every grammar");
+    assert_eq!(
+        forbidden,
+        all.len(),
+        "the random rows should tempt every grammar"
+    );
 }

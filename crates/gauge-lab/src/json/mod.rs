@@ -862,10 +862,10 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
     }
     let _ = writeln!(
         o,
-        "Run `{}`{}: {} JSONSchemaBench schemas{}, greedy, ≤ {} tokens, stop at end-of-generation or when the output contains \"\\n\\n\" or \"```\"; seen set {}; no gauge shift. The note: Qwen2.5-Coder-7B, 200 schemas, HF `generate` (batches of 8, left padding). Different model: compare shapes, not digits.\n",
+        "Run `{}`{}: {} JSONSchemaBench schemas{}, greedy, ≤ {} tokens, {}; seen set {}; no gauge shift. The note: Qwen2.5-Coder-7B, 200 schemas, HF `generate` (batches of 8, left padding). Different model: compare shapes, not digits.\n",
         cfg.run_id(),
         if cfg.constrained {
-            " (CONSTRAINED: the schema as a grammar masks every row before the operator; stop at end-of-generation only; the whole output is parsed)"
+            " (CONSTRAINED: the schema as a grammar masks every row before the operator; the whole output is parsed)"
         } else {
             ""
         },
@@ -876,6 +876,11 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
             " (plain prompt, as the note)"
         },
         cfg.max_tokens,
+        if cfg.constrained {
+            "stop at end-of-generation only (the grammar decides the end)"
+        } else {
+            "stop at end-of-generation or when the output contains \"\\n\\n\" or \"```\""
+        },
         match cfg.window {
             None => "prompt + all generated".to_string(),
             Some(n) => format!("last {n} tokens"),
