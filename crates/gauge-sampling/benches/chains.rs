@@ -3,11 +3,12 @@
 //! `gauge_sampling::synth` (splitmix64 seed 42, 8 rows cycled) with a 64-token history accepted
 //! first. `gauge bench sampling` runs the same scenarios side by side with llama.cpp's own chain.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
 use gauge_sampling::chain::ChainBuilder;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::synth::{bench_history, bench_scenarios, normal_rows};
-use gauge_sampling::Chain;
+use gauge_sampling::{Chain, TokenId};
 
 fn build(name: &str, json: &serde_json::Value, n_vocab: usize) -> Chain {
     if name == "greedy" {
@@ -17,6 +18,27 @@ fn build(name: &str, json: &serde_json::Value, n_vocab: usize) -> Chain {
     Chain::from_params(&params, n_vocab, None).expect("scenario chain")
 }
 
+/// One benchmark: `chain` after accepting `history`, sampling the rows in turn.
+fn bench_chain(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    mut chain: Chain,
+    history: &[TokenId],
+    rows: &[Vec<f32>],
+) {
+    for &t in history {
+        chain.accept_prompt(t);
+    }
+    let mut i = 0usize;
+    group.bench_function(BenchmarkId::from_parameter(name), |b| {
+        b.iter(|| {
+            let t = chain.sample(&rows[i % rows.len()]).expect("sample");
+            i += 1;
+            t
+        })
+    });
+}
+
 fn chains(c: &mut Criterion) {
     for n_vocab in [32_000usize, 151_936, 262_144] {
         let rows = normal_rows(n_vocab, 8, 3.0, 42);
@@ -24,18 +46,8 @@ fn chains(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("chain/{n_vocab}"));
         group.sample_size(30);
         for (name, json) in bench_scenarios() {
-            let mut chain = build(name, &json, n_vocab);
-            for &t in &history {
-                chain.accept_prompt(t);
-            }
-            let mut i = 0usize;
-            group.bench_function(BenchmarkId::from_parameter(name), |b| {
-                b.iter(|| {
-                    let t = chain.sample(&rows[i % rows.len()]).expect("sample");
-                    i += 1;
-                    t
-                })
-            });
+            let chain = build(name, &json, n_vocab);
+            bench_chain(&mut group, name, chain, &history, &rows);
         }
         group.finish();
     }
@@ -57,18 +69,8 @@ fn penalty_modes(c: &mut Criterion) {
         ] {
             let json = serde_json::json!({"seed": 42, "repeat_penalty": 1.3, "repeat_last_n": 64,
                 "repeat_penalty_mode": mode});
-            let mut chain = build(name, &json, n_vocab).with_fast_path(fast);
-            for &t in &history {
-                chain.accept_prompt(t);
-            }
-            let mut i = 0usize;
-            group.bench_function(BenchmarkId::from_parameter(name), |b| {
-                b.iter(|| {
-                    let t = chain.sample(&rows[i % rows.len()]).expect("sample");
-                    i += 1;
-                    t
-                })
-            });
+            let chain = build(name, &json, n_vocab).with_fast_path(fast);
+            bench_chain(&mut group, name, chain, &history, &rows);
         }
         group.finish();
     }

@@ -62,29 +62,14 @@ impl ExternalJson {
         n_vocab: usize,
     ) -> Result<Self, LabError> {
         cfg.validate()?;
-        if !cfg.sampler.is_python() {
-            return Err(LabError::config(
-                "sampler",
-                cfg.sampler,
-                "hf or vllm (gauge and llama-cpp run in `gauge json`)",
-            ));
-        }
-        if prompts.len() != cfg.schemas {
-            return Err(LabError::config(
-                "prompts",
-                prompts.len(),
-                &format!("{} prompts, one per schema", cfg.schemas),
-            ));
-        }
-        for (i, p) in prompts.iter().enumerate() {
-            let err = |message: String| LabError::Tokenize { prefix: i, message };
-            if p.is_empty() {
-                return Err(err("no tokens".into()));
-            }
-            if let Some(&t) = p.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
-                return Err(err(format!("token {t} outside the vocabulary ({n_vocab})")));
-            }
-        }
+        crate::run::spec::check_external_inputs(
+            cfg.sampler,
+            "gauge json",
+            &prompts,
+            cfg.schemas,
+            "schema",
+            n_vocab,
+        )?;
         let plan = cfg.plan();
         let chunking = cfg.chunking();
         let expected = |(_, chunk): (u8, usize)| chunking.chunk(chunk).len() * plan.len();

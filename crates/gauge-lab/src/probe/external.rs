@@ -59,29 +59,14 @@ impl ExternalProbe {
         n_vocab: usize,
     ) -> Result<Self, LabError> {
         cfg.validate()?;
-        if !cfg.sampler.is_python() {
-            return Err(LabError::config(
-                "sampler",
-                cfg.sampler,
-                "hf or vllm (gauge and llama-cpp run in `gauge probe`)",
-            ));
-        }
-        if prompts.len() != cfg.prefixes {
-            return Err(LabError::config(
-                "prompts",
-                prompts.len(),
-                &format!("{} prompts, one per prefix", cfg.prefixes),
-            ));
-        }
-        for (i, p) in prompts.iter().enumerate() {
-            let err = |message: String| LabError::Tokenize { prefix: i, message };
-            if p.is_empty() {
-                return Err(err("no tokens".into()));
-            }
-            if let Some(&t) = p.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
-                return Err(err(format!("token {t} outside the vocabulary ({n_vocab})")));
-            }
-        }
+        crate::run::spec::check_external_inputs(
+            cfg.sampler,
+            "gauge probe",
+            &prompts,
+            cfg.prefixes,
+            "prefix",
+            n_vocab,
+        )?;
         let dir = RunDir::open(out_root, &cfg)?;
         crate::run::resume::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
             l.prompt == prompts[l.prefix]

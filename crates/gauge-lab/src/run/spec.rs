@@ -231,6 +231,43 @@ pub(crate) fn check_count(field: &str, n: usize, max: usize) -> Result<(), LabEr
 /// Most tokens a run may generate.
 pub(crate) const MAX_TOKENS: usize = 100_000;
 
+/// The checks every externally decoded run makes on the prompts it is handed: an engine name
+/// (`hf` or `vllm`) for `sampler`, one prompt per `unit` (`want` of them), and every prompt
+/// non-empty with ids inside the vocabulary. `command` names where the other stacks run.
+pub fn check_external_inputs(
+    sampler: crate::stack::Stack,
+    command: &str,
+    prompts: &[Vec<gauge_sampling::TokenId>],
+    want: usize,
+    unit: &str,
+    n_vocab: usize,
+) -> Result<(), LabError> {
+    if !sampler.is_python() {
+        return Err(LabError::config(
+            "sampler",
+            sampler,
+            &format!("hf or vllm (gauge and llama-cpp run in `{command}`)"),
+        ));
+    }
+    if prompts.len() != want {
+        return Err(LabError::config(
+            "prompts",
+            prompts.len(),
+            &format!("{want} prompts, one per {unit}"),
+        ));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        let err = |message: String| LabError::Tokenize { prefix: i, message };
+        if p.is_empty() {
+            return Err(err("no tokens".into()));
+        }
+        if let Some(&t) = p.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+            return Err(err(format!("token {t} outside the vocabulary ({n_vocab})")));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
