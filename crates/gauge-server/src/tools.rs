@@ -17,6 +17,7 @@
 //! the templates take `(role, content)` pairs only.
 
 use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarError};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
@@ -359,7 +360,7 @@ impl History {
                         ))
                     }
                 };
-                let mut shown: Vec<Value> = Vec::with_capacity(calls.len());
+                let mut shown: Vec<String> = Vec::with_capacity(calls.len());
                 for (j, c) in calls.iter().enumerate() {
                     let field = format!("messages[{i}].tool_calls[{j}].function");
                     let f = c.get("function").and_then(Value::as_object);
@@ -372,15 +373,22 @@ impl History {
                             "{\"name\": <string>, \"arguments\": <JSON text>}",
                         ));
                     };
-                    // Arguments are JSON text; shown parsed, or as the string when they are not.
-                    let params = serde_json::from_str::<Value>(args)
-                        .unwrap_or_else(|_| Value::String(args.into()));
+                    // Arguments are JSON text: shown compact, as written when a number is
+                    // beyond f64's range (still JSON), or as a string when they are not JSON.
+                    let params = match serde_json::from_str::<Value>(args) {
+                        Ok(v) => v.to_string(),
+                        Err(_) => match serde_json::from_str::<&RawValue>(args) {
+                            Ok(raw) => raw.get().trim().to_string(),
+                            Err(_) => Value::String(args.into()).to_string(),
+                        },
+                    };
                     if let Some(id) = c.get("id").and_then(Value::as_str) {
                         self.names.push((id.to_string(), name.to_string()));
                     }
-                    shown.push(json!({"name": name, "parameters": params}));
+                    let name = Value::String(name.into());
+                    shown.push(format!("{{\"name\":{name},\"parameters\":{params}}}"));
                 }
-                let calls_text = Value::Array(shown).to_string();
+                let calls_text = format!("[{}]", shown.join(","));
                 let text = if content.is_empty() {
                     calls_text
                 } else {
@@ -421,7 +429,7 @@ pub(crate) fn message(
         Some(calls) => {
             let complete = calls
                 .iter()
-                .all(|(_, a)| serde_json::from_str::<Value>(a).is_ok());
+                .all(|(_, a)| serde_json::from_str::<&RawValue>(a).is_ok());
             let tool_calls: Vec<Value> = calls
                 .into_iter()
                 .enumerate()
@@ -446,15 +454,61 @@ pub(crate) fn calls(mode: &ToolMode, text: &str) -> Option<Vec<(String, String)>
     match mode {
         ToolMode::Named(name) => Some(vec![(name.clone(), text.trim().to_string())]),
         ToolMode::Required => {
-            let v: Value = serde_json::from_str(text).ok()?;
-            v.as_array()?
-                .iter()
-                .map(|c| {
-                    let name = c.get("name")?.as_str()?.to_string();
-                    let args = c.get("parameters")?.to_string();
-                    Some((name, args))
-                })
-                .collect()
+            // Parsed for syntax only (`RawValue`), so the arguments are the model's text: a
+            // number beyond f64's range is JSON too, and no digit is rewritten.
+            #[derive(serde::Deserialize)]
+            struct Call<'a> {
+                name: String,
+                #[serde(borrow)]
+                parameters: &'a RawValue,
+            }
+            let calls: Vec<Call<'_>> = serde_json::from_str(text).ok()?;
+            Some(
+                calls
+                    .into_iter()
+                    .map(|c| (c.name, c.parameters.get().to_string()))
+                    .collect(),
+            )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A number past f64's range is valid JSON (a grammar allows it): the call is complete and
+    /// its digits reach the client unchanged, both ways.
+    #[test]
+    fn arguments_keep_numbers_beyond_f64() {
+        let big = format!("1{}", "0".repeat(400));
+        let text = format!("[{{\"name\": \"f\", \"parameters\": {{\"n\": {big}}}}}]");
+        let (msg, finish) = message(&ToolMode::Required, &text, &|i| format!("c{i}"), "stop");
+        assert_eq!(finish, "tool_calls", "{msg}");
+        let args = msg["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(args, format!("{{\"n\": {big}}}"));
+        let (_, named) = message(
+            &ToolMode::Named("f".into()),
+            args,
+            &|i| format!("c{i}"),
+            "stop",
+        );
+        assert_eq!(named, "tool_calls");
+
+        let turn = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "f", "arguments": args}}]});
+        let (_, shown) = History::default()
+            .turn(&turn, 0, "assistant", String::new())
+            .unwrap();
+        assert_eq!(shown, format!("[{{\"name\":\"f\",\"parameters\":{args}}}]"));
+        // Arguments that are not JSON are shown as the string they are.
+        let turn = json!({"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]});
+        let (_, shown) = History::default()
+            .turn(&turn, 0, "assistant", String::new())
+            .unwrap();
+        assert_eq!(shown, "[{\"name\":\"f\",\"parameters\":\"{oops\"}]");
     }
 }

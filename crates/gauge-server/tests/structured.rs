@@ -16,7 +16,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use common::{assert_error, post, Resp};
-use gauge_lab::json::schema::{a2_schemas, SchemaCheck};
+use gauge_lab::json::schema::{a2_schemas, parse_json, SchemaCheck};
 use gauge_server::{RunningServer, ServerConfig};
 use serde_json::{json, Value};
 
@@ -121,7 +121,7 @@ fn forty_a2_schemas_parse_and_validate_at_repeat_penalty_1_3() {
             truncated += 1;
             continue;
         }
-        match serde_json::from_str::<Value>(text) {
+        match parse_json(text) {
             Err(err) => failures.push(format!(
                 "{i} {} ({finish}): does not parse ({err}): {text:.200}",
                 e.id

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use common::{assert_error, post, Resp};
+use gauge_lab::json::schema::parse_json;
 use gauge_server::{RunningServer, ServerConfig};
 use serde_json::{json, Value};
 
@@ -100,8 +101,8 @@ fn tool_calls(v: &Value) -> Vec<(String, Value)> {
             let args = t["function"]["arguments"]
                 .as_str()
                 .expect("arguments string");
-            let parsed: Value = serde_json::from_str(args)
-                .unwrap_or_else(|e| panic!("arguments {args:?} do not parse: {e}"));
+            let parsed: Value =
+                parse_json(args).unwrap_or_else(|e| panic!("arguments {args:?} do not parse: {e}"));
             (t["function"]["name"].as_str().unwrap().to_string(), parsed)
         })
         .collect()
@@ -232,7 +233,7 @@ fn streamed_tool_calls_accumulate_to_valid_calls() {
     assert_eq!(finish, "tool_calls");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].0, "add");
-    let args: Value = serde_json::from_str(&calls[0].1).expect("streamed arguments parse");
+    let args: Value = parse_json(&calls[0].1).expect("streamed arguments parse");
     assert!(valid_args("add", &args), "{args}");
 
     // "required" streamed: the same calls as the same request not streamed (greedy).
@@ -243,12 +244,7 @@ fn streamed_tool_calls_accumulate_to_valid_calls() {
     assert_eq!(finish, "tool_calls");
     let streamed: Vec<(String, Value)> = streamed
         .into_iter()
-        .map(|(n, a)| {
-            (
-                n,
-                serde_json::from_str(&a).expect("streamed arguments parse"),
-            )
-        })
+        .map(|(n, a)| (n, parse_json(&a).expect("streamed arguments parse")))
         .collect();
     assert_eq!(streamed, whole);
 }

@@ -585,7 +585,7 @@ pub fn score_whole(output: &str, checker: &SchemaCheck) -> (bool, String, Option
     if t.is_empty() {
         return (false, "no_json".into(), None);
     }
-    match serde_json::from_str::<serde_json::Value>(t) {
+    match schema::parse_json(t) {
         Err(_) => (false, "parse_error".into(), Some(t.to_string())),
         Ok(v) => match checker.check(&v) {
             Ok(true) => (true, "valid".into(), Some(t.to_string())),
@@ -610,7 +610,7 @@ fn content_measures(
         let Some(v) = l
             .extracted
             .as_deref()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+            .and_then(|t| schema::parse_json(t).ok())
         else {
             continue;
         };

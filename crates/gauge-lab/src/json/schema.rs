@@ -188,6 +188,57 @@ pub fn python_dumps_indent2(text: &str) -> Option<String> {
     (depth == 0).then_some(out)
 }
 
+/// Parse JSON text as the note's Python driver (`json.loads`) reads it, as far as a [`Value`]
+/// can hold it. RFC 8259 puts no bound on a number's size and Python keeps a huge integer exact
+/// (and a huge float as ±inf), but serde_json refuses a number beyond f64's range: a model that
+/// writes 400 digits inside a grammar would count as a parse error here and as valid JSON there.
+/// Such a number stands in as ±`f64::MAX`, which keeps its JSON type and its verdict against
+/// every finite bound. (`NaN` and `Infinity`, which Python also reads, are not JSON and stay
+/// errors.)
+pub fn parse_json(text: &str) -> serde_json::Result<Value> {
+    serde_json::from_str(text).or_else(|e| {
+        // `RawValue` checks the syntax without computing numbers: where the text is not JSON,
+        // its error is the one to report.
+        serde_json::from_str::<&RawValue>(text)?;
+        serde_json::from_str(&clamp_huge_numbers(text)).map_err(|_| e)
+    })
+}
+
+/// `text` (syntactically valid JSON) with every number literal that overflows f64 replaced by
+/// ±`f64::MAX`; strings are copied untouched.
+fn clamp_huge_numbers(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(b.len());
+            }
+            b'-' | b'0'..=b'9' => {
+                while i < b.len() && matches!(b[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                let lit = &text[start..i];
+                if lit.parse::<f64>().is_ok_and(f64::is_infinite) {
+                    let sign = if lit.starts_with('-') { "-" } else { "" };
+                    out.push_str(&format!("{sign}{:e}", f64::MAX));
+                    continue;
+                }
+            }
+            _ => i += 1,
+        }
+        out.push_str(&text[start..i]);
+    }
+    out
+}
+
 /// What `first_json` found in an output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Extracted {
@@ -212,7 +263,7 @@ pub fn first_json(text: &str) -> Extracted {
                 depth -= 1;
                 if depth == 0 {
                     let sub = &text[start..start + off + 1];
-                    return match serde_json::from_str::<Value>(sub) {
+                    return match parse_json(sub) {
                         Ok(v) => Extracted::Parsed(sub.to_string(), v),
                         Err(_) => Extracted::Unparsed(sub.to_string()),
                     };
@@ -271,6 +322,32 @@ impl SchemaCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::json;
+
+    #[test]
+    fn numbers_beyond_f64_parse_as_python_reads_them() {
+        // The CI failure of session 5: a grammar-valid output with a huge number.
+        let big = "9".repeat(400);
+        let text = format!(
+            "{{\"n\": {big}, \"m\": -{big}.5, \"e\": 1e999, \"s\": \"1e999 {big}\", \"k\": 12}}"
+        );
+        assert!(serde_json::from_str::<Value>(&text).is_err());
+        let v = parse_json(&text).expect("valid JSON parses");
+        assert_eq!(v["n"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["m"].as_f64(), Some(-f64::MAX));
+        assert_eq!(v["e"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["s"], format!("1e999 {big}"), "strings are untouched");
+        assert_eq!(v["k"], 12);
+        // It validates as the integer it is, and fails a finite bound as Python would.
+        let schema = |s: Value| jsonschema::validator_for(&s).unwrap();
+        assert!(schema(json!({"type": "integer"})).is_valid(&v["n"]));
+        assert!(!schema(json!({"type": "number", "maximum": 1e300})).is_valid(&v["n"]));
+        // Text that is not JSON still fails, with serde_json's own error.
+        let err = parse_json("{\"n\": 1e999,}").unwrap_err();
+        assert!(err.to_string().starts_with("key must be a string"), "{err}");
+        assert!(parse_json("[NaN]").is_err());
+    }
 
     #[test]
     fn manifest_has_the_notes_200_schemas() {
