@@ -201,3 +201,54 @@ def test_model_rows_match_the_rust_stage(hf, a1_prefixes):
                 repeat_last_n=-1,
             )
             np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-5)
+
+
+def test_the_engines_grouped_attention_is_sdpas(hf, a1_prefixes, monkeypatch):
+    """The hf engine's decode attention (``lab/hf_attention.py``) regroups the query instead of
+    copying KV heads: the same logits as transformers' sdpa within float rounding, the same
+    greedy tokens, on a left-padded batch; only the prefill is handed to sdpa."""
+    from gauge_sampling.lab import hf_attention
+
+    model, tok = hf
+    rows = [tok(t)["input_ids"][: 12 + 7 * i] for i, t in enumerate(a1_prefixes[:4])]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows], device=DEVICE)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=DEVICE)
+
+    def decode(steps: int = 12) -> torch.Tensor:
+        m, pos = mask, (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=m, position_ids=pos, use_cache=True)
+            nxt, got = m.sum(-1), []
+            for _ in range(steps):
+                tok_ids = out.logits[:, -1].argmax(-1, keepdim=True)
+                m = torch.cat([m, torch.ones_like(tok_ids)], 1)
+                out = model(
+                    input_ids=tok_ids,
+                    attention_mask=m,
+                    position_ids=nxt.unsqueeze(1),
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                )
+                nxt = nxt + 1
+                got.append(out.logits[:, -1].float())
+        return torch.stack(got)
+
+    want = decode()
+    handed = []
+    plain = hf_attention.sdpa_attention_forward
+
+    def counted(module, query, *args, **kwargs):
+        handed.append(query.shape[2])
+        return plain(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(hf_attention, "sdpa_attention_forward", counted)
+    assert hf_attention.use_grouped_attention(model)
+    try:
+        got = decode()
+    finally:
+        model.set_attn_implementation("sdpa")
+    layers = model.config.num_hidden_layers
+    assert handed == [width] * layers, "only the prefill goes to transformers' sdpa"
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))

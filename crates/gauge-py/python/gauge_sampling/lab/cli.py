@@ -168,14 +168,18 @@ def json_config(args, label: str, info: dict, chat: bool) -> str:
     return _native.json_config_json(json.dumps(cfg), args.n_seq_max, args.batch_schemas is None)
 
 
-def make_engine(args, ref, device: str, dtype: str, max_model_len: int = 1024):
-    """(engine, tokenizer, n_vocab)."""
+def make_engine(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024):
+    """(engine, tokenizer, n_vocab); records in ``info`` what the loaded engine decided (the hf
+    engine's attention implementation)."""
     from . import models
 
     if args.engine == "hf":
+        from .hf_attention import use_grouped_attention
         from .hf_engine import HfEngine
 
         model, tok = models.load_engine_model(ref, dtype, device)
+        use_grouped_attention(model)
+        info["options"]["attention"] = model.config._attn_implementation
         return HfEngine(model, device, tok), tok, int(model.get_output_embeddings().weight.shape[0])
     from .vllm_engine import VllmEngine
 
@@ -209,7 +213,7 @@ def run_json_command(args) -> int:
     # Check the flags (window, constrained, ranges) before loading a model.
     json_config(args, ref.label, info, not args.no_chat)
     cfg = json.loads(json_config(args, ref.label, info, False))
-    engine, tok, n_vocab = make_engine(args, ref, device, dtype, max_model_len=2048)
+    engine, tok, n_vocab = make_engine(args, ref, device, dtype, info, max_model_len=2048)
     try:
         chat = not args.no_chat and getattr(tok, "chat_template", None) is not None
         cfg_json = json_config(args, ref.label, info, chat)
@@ -237,9 +241,10 @@ def run_probe_command(args) -> int:
     from .probe import run_probe
 
     ref, device, dtype, info = setup(args)
+    # Checked before a model loads; made again after, with what the engine recorded.
+    cfg = json.loads(probe_config(args, ref.label, info))
+    engine, tok, n_vocab = make_engine(args, ref, device, dtype, info)
     cfg_json = probe_config(args, ref.label, info)
-    cfg = json.loads(cfg_json)
-    engine, tok, n_vocab = make_engine(args, ref, device, dtype)
     prompts = [tok(text)["input_ids"] for _, text in _native.a1_prefixes()[: cfg["prefixes"]]]
     t0 = time.monotonic()
     try:
