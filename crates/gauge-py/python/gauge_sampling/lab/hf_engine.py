@@ -15,8 +15,9 @@ at each step the runs of a group (same history) are decided on the group's row, 
 runs pick different tokens splits: its KV-cache row is copied for each new group
 (``Cache.reorder_cache`` with repeated indices). All groups of all prefixes of a chunk run as one
 batch: left-padded prefill with an attention mask and position ids counted over real tokens only,
-then one token per group per step. Work is charged to the first run of each group, as in the
-Rust decode (``forward_tokens``).
+then one token per group per step (the command line switches the model's decode attention to
+``hf_attention``'s grouped form, which reads each KV head once). Work is charged to the first run
+of each group, as in the Rust decode (``forward_tokens``).
 
 A2 (``json``) decodes the same way with a stop rule: a run whose ``stop`` callback says so leaves
 its group after that token, an empty group leaves the batch (its KV-cache row is dropped), and
