@@ -104,6 +104,11 @@ impl Sampler for GrammarStage {
         }
         let n = row.len();
         let mask = self.state.allowed();
+        if ov.is_pristine() {
+            // First in the chain (as `constrain` puts it): the current values are the row's.
+            cur.fill_where(row, mask.as_slice());
+            return FromRow::Done;
+        }
         self.scratch.clear();
         for (w, &word) in mask.as_slice().iter().enumerate() {
             let mut bits = word;

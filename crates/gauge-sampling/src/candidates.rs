@@ -69,6 +69,48 @@ impl Candidates {
         self.selected = None;
     }
 
+    /// Refill in place with the entries of [`fill`](Self::fill) whose bit is set in `bits` (bit
+    /// `i % 32` of word `i / 32`, a token mask such as a grammar's allowed set), in id order:
+    /// the identity fill filtered, without making the vocabulary-sized fill first. Runs of 32
+    /// allowed ids are copied as a block.
+    pub fn fill_where(&mut self, logits: &[f32], bits: &[u32]) {
+        let n = logits.len();
+        let entry = |i: usize, logit: f32| TokenData {
+            id: i as TokenId,
+            logit,
+            p: 0.0,
+        };
+        self.buf.clear();
+        for (w, &word) in bits.iter().enumerate() {
+            let base = w * 32;
+            if base >= n {
+                break;
+            }
+            if word == u32::MAX && base + 32 <= n {
+                let block = &logits[base..base + 32];
+                self.buf.extend(
+                    block
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &logit)| entry(base + j, logit)),
+                );
+                continue;
+            }
+            let mut rest = word;
+            while rest != 0 {
+                let i = base + rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if i < n {
+                    self.buf.push(entry(i, logits[i]));
+                }
+            }
+        }
+        self.start = 0;
+        self.end = self.buf.len();
+        self.sorted = false;
+        self.selected = None;
+    }
+
     /// Replace the live entries with `data` (reusing the buffer).
     pub fn set_data(&mut self, data: impl IntoIterator<Item = TokenData>, sorted: bool) {
         self.buf.clear();
@@ -127,5 +169,30 @@ impl Candidates {
     /// Ids of the live entries in array order.
     pub fn ids(&self) -> Vec<TokenId> {
         self.as_slice().iter().map(|t| t.id).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_where_is_the_identity_fill_filtered_by_the_bits() {
+        let n = 100; // a partial last word, and bits past n in it
+        let logits: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let words = [u32::MAX, 0, 0x8000_0001, u32::MAX];
+        let mut got = Candidates::from_logits(&[1.0; 3]);
+        got.sorted = true;
+        got.selected = Some(1);
+        got.fill_where(&logits, &words);
+        let want: Vec<TokenData> = Candidates::from_logits(&logits)
+            .as_slice()
+            .iter()
+            .filter(|t| words[t.id as usize / 32] >> (t.id % 32) & 1 == 1)
+            .copied()
+            .collect();
+        assert_eq!(want.len(), 32 + 2 + 4);
+        assert_eq!(got.as_slice(), &want[..]);
+        assert!(!got.sorted && got.selected.is_none());
     }
 }

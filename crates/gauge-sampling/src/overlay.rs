@@ -255,6 +255,12 @@ impl Overlay {
         self.n_xf as usize
     }
 
+    /// No edit and no pending transform: every current value is the row's own.
+    #[inline]
+    pub fn is_pristine(&self) -> bool {
+        self.edits.is_empty() && self.n_xf == 0
+    }
+
     /// Whether any entry has been edited.
     #[inline]
     pub(crate) fn has_edits(&self) -> bool {

@@ -38,8 +38,10 @@
 //! llama.cpp looks up every candidate in a hash map: O(vocab) per token. Here `ctrl` iterates the
 //! distinct seen tokens and finds each in the array directly when the array is in identity layout
 //! (`data[id].id == id`, which is how `llama_sampler_sample` fills it), so `apply` is O(history).
-//! When any seen token is not at its identity position (the stage runs after a reordering stage)
-//! it falls back to llama.cpp's own walk over the candidates with a map lookup each: O(len), the
+//! When the ids ascend instead (a grammar's mask removed entries but kept the id order), an O(len)
+//! vectorised check and a binary search per seen token replace the map lookups (~5× cheaper at
+//! 49k). When any seen token is not at its identity position and the ids do not ascend (the
+//! stage runs after a reordering stage) it falls back to llama.cpp's own walk over the candidates with a map lookup each: O(len), the
 //! same cost as building an id→index map, with no scratch memory, and exact even for arrays with
 //! duplicate ids. (The fast path assumes ids are unique, which holds for every array a chain
 //! produces.) In a chain, `apply_sparse` does the same work as edits over the raw row, so the
@@ -152,8 +154,15 @@ pub(crate) fn identity_index(data: &[TokenData], id: TokenId) -> Option<usize> {
     (data.get(i)?.id == id).then_some(i)
 }
 
-/// Call `f(entry, value)` for every candidate whose id is a key of `map`, in O(map) when every key
-/// sits at its identity position and in O(len) otherwise (see the module docs).
+/// Whether the ids strictly ascend (a filtered identity layout, as a grammar mask leaves it).
+/// No early exit, so the pass vectorises: a few µs for a 49k array.
+fn ids_ascend(data: &[TokenData]) -> bool {
+    data.windows(2).fold(true, |ok, w| ok & (w[0].id < w[1].id))
+}
+
+/// Call `f(entry, value)` for every candidate whose id is a key of `map`: in O(map) when every key
+/// sits at its identity position, in O(map · log len) after an O(len) check when the ids ascend,
+/// and with a map lookup per candidate otherwise (see the module docs).
 pub(crate) fn for_each_keyed<V: Copy>(
     data: &mut [TokenData],
     map: &IdMap<V>,
@@ -163,6 +172,13 @@ pub(crate) fn for_each_keyed<V: Copy>(
         for (&id, &v) in map {
             // Checked just above; `usize::try_from` cannot fail for these ids.
             f(&mut data[id as usize], v);
+        }
+    } else if map.len() < data.len() / 64 && ids_ascend(data) {
+        // Unique ascending ids: a binary search finds a key exactly when it is present.
+        for (&id, &v) in map {
+            if let Ok(i) = data.binary_search_by_key(&id, |t| t.id) {
+                f(&mut data[i], v);
+            }
         }
     } else {
         for t in data.iter_mut() {
@@ -631,6 +647,48 @@ mod tests {
                 t.logit.to_bits(),
                 direct.as_slice()[t.id as usize].logit.to_bits()
             );
+        }
+    }
+
+    #[test]
+    fn masked_ascending_array_takes_the_search_path_with_the_same_result() {
+        // A grammar-like mask: a third of the ids removed, the id order kept. Some seen tokens
+        // are masked out (absent from the array), the rest must get the identity layout's bits.
+        let n = 4096;
+        let logits: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 211) as f32 * 0.1 - 9.0)
+            .collect();
+        let mut c = cfg(Window::All, 1.3, 0.25, 0.5);
+        c.n_vocab = n;
+        let mut s = build(c);
+        for t in [3, 9, 9, 10, 500, 501, 4095, 2048, 2049, 7] {
+            s.accept(t);
+        }
+        let mut direct = Candidates::from_logits(&logits);
+        s.apply(&mut direct);
+        let kept: Vec<TokenData> = Candidates::from_logits(&logits)
+            .as_slice()
+            .iter()
+            .filter(|t| t.id % 3 != 0)
+            .copied()
+            .collect();
+        assert!(
+            ids_ascend(&kept) && 9 < kept.len() / 64,
+            "the search path is taken"
+        );
+        let mut shuffled = kept.clone();
+        shuffled.swap(0, kept.len() - 1);
+        assert!(!ids_ascend(&shuffled), "the map walk's control case");
+        for data in [kept, shuffled] {
+            let mut masked = Candidates::from_data(data.clone(), false);
+            s.apply(&mut masked);
+            let mut changed = 0;
+            for (t, before) in masked.as_slice().iter().zip(&data) {
+                let want = direct.as_slice()[t.id as usize].logit;
+                assert_eq!(t.logit.to_bits(), want.to_bits(), "id {}", t.id);
+                changed += usize::from(t.logit != before.logit);
+            }
+            assert_eq!(changed, 4, "the seen ids the mask kept: 7, 10, 500, 2048");
         }
     }
 
