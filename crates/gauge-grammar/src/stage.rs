@@ -1,6 +1,7 @@
 //! The constraint as a chain stage: it removes every token the grammar forbids, first.
 
 use gauge_sampling::candidates::{Candidates, TokenData};
+use gauge_sampling::chain::row_flags;
 use gauge_sampling::sampler::FromRow;
 use gauge_sampling::{Chain, Overlay, Sampler, SamplingParams, Shift, TokenId};
 
@@ -62,22 +63,6 @@ pub fn constrain(chain: Chain, stage: GrammarStage) -> Chain {
     Chain::from_stages(chain.n_vocab(), stages)
 }
 
-/// NaN or `+inf` anywhere, or no finite value: the chain's own check then reports the row.
-fn row_is_invalid(row: &[f32]) -> bool {
-    let mut bad = false;
-    let mut any_finite = false;
-    for block in row.chunks(64) {
-        let (mut b, mut f) = (false, false);
-        for &x in block {
-            b |= x.is_nan() | (x == f32::INFINITY);
-            f |= x > f32::NEG_INFINITY;
-        }
-        bad |= b;
-        any_finite |= f;
-    }
-    bad || !any_finite
-}
-
 impl Sampler for GrammarStage {
     fn name(&self) -> &str {
         STAGE_NAME
@@ -99,7 +84,9 @@ impl Sampler for GrammarStage {
     /// The allowed tokens straight from the row (in id order, as a filled array filtered by
     /// `apply` would hold them): the vocabulary-sized fill is never made.
     fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
-        if row_is_invalid(row) {
+        // The chain's own check (NaN, +inf, nothing finite): it then reports the entry.
+        let (bad, any_finite) = row_flags(row);
+        if bad || !any_finite {
             return FromRow::Invalid;
         }
         let n = row.len();

@@ -41,6 +41,25 @@ pub struct Chain {
     fast: bool,
 }
 
+/// One vectorisable pass over a logit row: (a NaN or `+inf` anywhere, some value above `-inf`).
+/// A row is valid when the first is false and the second true ([`Chain::validate_row`]); a
+/// stage that reads the row straight (`Sampler::apply_from_row`) uses it to answer
+/// `FromRow::Invalid`, and the chain then reports the exact entry.
+pub fn row_flags(logits: &[f32]) -> (bool, bool) {
+    let mut bad = false;
+    let mut any_finite = false;
+    for block in logits.chunks(64) {
+        let (mut b, mut f) = (false, false);
+        for &x in block {
+            b |= x.is_nan() | (x == f32::INFINITY);
+            f |= x > f32::NEG_INFINITY;
+        }
+        bad |= b;
+        any_finite |= f;
+    }
+    (bad, any_finite)
+}
+
 impl Chain {
     /// A chain over `stages` (in order) for a vocabulary of `n_vocab` logits.
     pub fn from_stages(n_vocab: usize, stages: Vec<Box<dyn Sampler>>) -> Self {
@@ -108,17 +127,7 @@ impl Chain {
             return Err(SamplingError::Empty("the vocabulary is empty".into()));
         }
         // One vectorisable pass; the exact index is searched only on failure.
-        let mut bad = false;
-        let mut any_finite = false;
-        for block in logits.chunks(64) {
-            let (mut b, mut f) = (false, false);
-            for &x in block {
-                b |= x.is_nan() | (x == f32::INFINITY);
-                f |= x > f32::NEG_INFINITY;
-            }
-            bad |= b;
-            any_finite |= f;
-        }
+        let (bad, any_finite) = row_flags(logits);
         if bad {
             let (i, &x) = logits
                 .iter()
