@@ -23,40 +23,25 @@ use serde_json::{json, Value};
 /// A server with room for the A2 prompts (~500 tokens) and their answers.
 fn server() -> SocketAddr {
     static S: OnceLock<RunningServer> = OnceLock::new();
-    S.get_or_init(|| {
-        let cfg = ServerConfig {
-            model: common::MODEL.into(),
-            port: 0,
-            threads: 2,
-            ctx_size: 4096,
-            parallel: 4,
-            max_queue: 64,
-            max_tokens: 512,
-            max_body_bytes: 1 << 20,
-            ..ServerConfig::default()
-        };
-        RunningServer::start(cfg).expect("server starts")
+    common::started(&S, || ServerConfig {
+        threads: 2,
+        ctx_size: 4096,
+        max_queue: 64,
+        max_tokens: 512,
+        max_body_bytes: 1 << 20,
+        ..common::test_config()
     })
-    .addr()
 }
 
 /// A second server for the small tests, so they do not queue behind the 40 A2 requests.
 fn small_server() -> SocketAddr {
     static S: OnceLock<RunningServer> = OnceLock::new();
-    S.get_or_init(|| {
-        let cfg = ServerConfig {
-            model: common::MODEL.into(),
-            port: 0,
-            threads: 1,
-            ctx_size: 1024,
-            parallel: 2,
-            max_queue: 16,
-            max_tokens: 256,
-            ..ServerConfig::default()
-        };
-        RunningServer::start(cfg).expect("server starts")
+    common::started(&S, || ServerConfig {
+        ctx_size: 1024,
+        parallel: 2,
+        max_body_bytes: ServerConfig::default().max_body_bytes,
+        ..common::test_config()
     })
-    .addr()
 }
 
 /// A POST that may wait long: 40 A2 prompts with up to 512 answer tokens each share 2 cores.

@@ -16,20 +16,13 @@ use serde_json::{json, Value};
 
 fn server() -> SocketAddr {
     static S: OnceLock<RunningServer> = OnceLock::new();
-    S.get_or_init(|| {
-        let cfg = ServerConfig {
-            model: common::MODEL.into(),
-            port: 0,
-            threads: 2,
-            ctx_size: 2048,
-            parallel: 2,
-            max_queue: 16,
-            max_tokens: 256,
-            ..ServerConfig::default()
-        };
-        RunningServer::start(cfg).expect("server starts")
+    common::started(&S, || ServerConfig {
+        threads: 2,
+        ctx_size: 2048,
+        parallel: 2,
+        max_body_bytes: ServerConfig::default().max_body_bytes,
+        ..common::test_config()
     })
-    .addr()
 }
 
 fn weather() -> Value {

@@ -35,8 +35,15 @@ pub fn test_config() -> ServerConfig {
 /// One server shared by every test of a test binary.
 pub fn shared() -> SocketAddr {
     static SERVER: OnceLock<RunningServer> = OnceLock::new();
-    SERVER
-        .get_or_init(|| RunningServer::start(test_config()).expect("server starts"))
+    started(&SERVER, test_config)
+}
+
+/// The server in `cell`, started with `config()` on first use (a test binary's own servers).
+pub fn started(
+    cell: &'static OnceLock<RunningServer>,
+    config: impl FnOnce() -> ServerConfig,
+) -> SocketAddr {
+    cell.get_or_init(|| RunningServer::start(config()).expect("server starts"))
         .addr()
 }
 
