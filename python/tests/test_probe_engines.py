@@ -86,6 +86,8 @@ def test_hf_writes_gauge_labs_outputs_and_resumes(hf_run, out_root):
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["engine"]["device"] == "cpu" and cfg["engine"]["dtype"] == "float32"
     assert {"torch", "transformers", "python", "gauge_sampling"} <= set(cfg["engine"]["versions"])
+    # The decode attention the engine switched to (hf_attention) is part of the record.
+    assert cfg["engine"]["options"] == {"attention": "gauge_grouped_sdpa"}
     lines = (d / "raw.jsonl").read_text().splitlines()
     assert len(lines) == 8 * 14 + 8  # 14 runs per prefix in phase 1, the own-median run in phase 2
     report = (d / "REPORT.md").read_text()
@@ -107,7 +109,7 @@ def test_vllm_reproduces_the_float32_reference(vllm_run):
 def test_the_second_stacks_report_has_the_cross_stack_table(vllm_run, out_root):
     report = (run_dir_of(out_root, "vllm") / "REPORT.md").read_text()
     assert "## Cross-stack" in report, report[-2000:]
-    assert "| hf (cpu, float32) |" in report
+    assert "| hf (cpu, float32, attention=gauge_grouped_sdpa) |" in report, report[-2000:]
     assert "vllm (cpu, float32, tensor_parallel_size=1) (this run)" in report
 
 
