@@ -19,9 +19,13 @@ The device and dtype are the inputs'.
 from __future__ import annotations
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+try:  # transformers' extension points (recent 4.x, 5.x); without them the engine keeps sdpa
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError:  # pragma: no cover - depends on the installed transformers
+    AttentionInterface = None
 
 #: The name the engine sets as the model's attention implementation.
 NAME = "gauge_grouped_sdpa"
@@ -68,14 +72,16 @@ def grouped_sdpa(
     return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(NAME, grouped_sdpa)
-AttentionMaskInterface.register(NAME, sdpa_mask)
+if AttentionInterface is not None:
+    AttentionInterface.register(NAME, grouped_sdpa)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 def use_grouped_attention(model) -> bool:
     """Switch ``model`` from ``sdpa`` to :data:`NAME`; False (left as it is) for any other
-    implementation the user chose."""
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+    implementation, or a transformers without the extension points. The caller records the
+    model's implementation either way."""
+    if AttentionInterface is None or getattr(model.config, "_attn_implementation", None) != "sdpa":
         return False
     model.set_attn_implementation(NAME)
     return True
