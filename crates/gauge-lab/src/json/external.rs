@@ -12,7 +12,7 @@ use super::schema::{a2_schemas, SchemaCheck};
 use super::{finish_json, Decoded, DecodedAt, JsonConfig, JsonLine, JsonSummary, STOP_STRINGS};
 use crate::error::LabError;
 use crate::run::resume::{open_run, ChunkLog};
-use crate::run::spec::check_in_plan;
+use crate::run::spec::{check_in_plan, order_chunk_runs};
 use crate::run::{Grid, RunSpec};
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
@@ -116,46 +116,18 @@ impl ExternalJson {
     /// `max_tokens` tokens.
     pub fn append_chunk(&mut self, k: usize, runs: Vec<DecodedOutput>) -> Result<(), LabError> {
         let plan = self.plan();
-        if k >= self.cfg.n_chunks() {
-            return Err(LabError::config(
-                "chunk",
-                k,
-                &format!("0..{}", self.cfg.n_chunks()),
-            ));
-        }
-        if self.log.done_units(0).contains(&k) {
-            return Err(LabError::config("chunk", k, "a chunk not yet written"));
-        }
-        let range = self.cfg.chunk(k);
-        let mut slots: Vec<Option<DecodedOutput>> = vec![None; range.len() * plan.len()];
-        for r in runs {
-            if !range.contains(&r.schema) || r.run >= plan.len() {
-                return Err(LabError::config(
-                    "runs",
-                    format!("schema {} run {}", r.schema, r.run),
-                    &format!("schemas {range:?} × runs 0..{}", plan.len()),
-                ));
-            }
-            let i = (r.schema - range.start) * plan.len() + r.run;
-            if slots[i].is_some() {
-                return Err(LabError::config(
-                    "runs",
-                    format!("schema {} run {} twice", r.schema, r.run),
-                    "each run once",
-                ));
-            }
-            slots[i] = Some(r);
-        }
+        let written = self.log.done_units(0).contains(&k);
+        let (range, runs) =
+            order_chunk_runs(&self.cfg, k, written, plan.len(), "schema", runs, |r| {
+                (r.schema, r.run)
+            })?;
         let schemas = a2_schemas();
-        let mut lines = Vec::with_capacity(slots.len());
-        let mut slots = slots.into_iter();
+        let mut lines = Vec::with_capacity(runs.len());
+        let mut runs = runs.into_iter();
         for s in range {
             let entry = &schemas[s];
             let check = SchemaCheck::new(entry);
-            for (run, spec) in plan.iter().enumerate() {
-                let r = slots.next().flatten().ok_or_else(|| {
-                    LabError::config("runs", format!("schema {s} run {run} missing"), "every run")
-                })?;
+            for ((run, spec), r) in plan.iter().enumerate().zip(runs.by_ref()) {
                 self.check_stop(&r)?;
                 lines.push(JsonLine::of_run(
                     DecodedAt {

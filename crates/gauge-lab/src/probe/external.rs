@@ -10,6 +10,7 @@
 use super::raw::{RawLine, RawZeroPoint, RunDir};
 use super::{finish, natural_shift, ProbeConfig, ProbeSummary, Role};
 use crate::error::LabError;
+use crate::run::spec::order_chunk_runs;
 use crate::run::{Grid, RunSpec};
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
@@ -136,42 +137,14 @@ impl ExternalProbe {
         runs: Vec<DecodedRun>,
     ) -> Result<(), LabError> {
         let plan = self.plan(phase)?;
-        if k >= self.cfg.n_chunks() {
-            return Err(LabError::config(
-                "chunk",
-                k,
-                &format!("0..{}", self.cfg.n_chunks()),
-            ));
-        }
-        if self.dir_done(phase).contains(&k) {
-            return Err(LabError::config("chunk", k, "a chunk not yet written"));
-        }
-        let range = self.cfg.chunk(k);
-        let mut slots: Vec<Option<DecodedRun>> = vec![None; range.len() * plan.len()];
-        for r in runs {
-            if !range.contains(&r.prefix) || r.run >= plan.len() {
-                return Err(LabError::config(
-                    "runs",
-                    format!("prefix {} run {}", r.prefix, r.run),
-                    &format!("prefixes {range:?} × runs 0..{}", plan.len()),
-                ));
-            }
-            let i = (r.prefix - range.start) * plan.len() + r.run;
-            if slots[i].is_some() {
-                return Err(LabError::config(
-                    "runs",
-                    format!("prefix {} run {} twice", r.prefix, r.run),
-                    "each run once",
-                ));
-            }
-            slots[i] = Some(r);
-        }
-        let mut lines = Vec::with_capacity(slots.len());
-        for (i, slot) in slots.into_iter().enumerate() {
-            let (p, run) = (range.start + i / plan.len(), i % plan.len());
-            let r = slot.ok_or_else(|| {
-                LabError::config("runs", format!("prefix {p} run {run} missing"), "every run")
+        let written = self.dir_done(phase).contains(&k);
+        let (range, runs) =
+            order_chunk_runs(&self.cfg, k, written, plan.len(), "prefix", runs, |r| {
+                (r.prefix, r.run)
             })?;
+        let mut lines = Vec::with_capacity(runs.len());
+        for (i, r) in runs.into_iter().enumerate() {
+            let (p, run) = (range.start + i / plan.len(), i % plan.len());
             let spec = &plan[run];
             if r.tokens.len() != self.cfg.tokens {
                 return Err(LabError::config(

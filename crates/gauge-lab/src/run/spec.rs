@@ -268,9 +268,127 @@ pub fn check_external_inputs(
     Ok(())
 }
 
+/// Chunk `k`'s items and its externally decoded runs in (item, run) order, from the caller's
+/// list in any order. Refused, naming the field: `k` outside the grid's chunks or already
+/// `written`; an item outside the chunk or a run outside `0..n_runs`; a run given twice or
+/// missing. `what` names the items (`"prefix"`, `"schema"`), `key` gives a run's (item, run).
+pub(crate) fn order_chunk_runs<R>(
+    grid: &impl Grid,
+    k: usize,
+    written: bool,
+    n_runs: usize,
+    what: &str,
+    runs: Vec<R>,
+    key: impl Fn(&R) -> (usize, usize),
+) -> Result<(std::ops::Range<usize>, Vec<R>), LabError> {
+    let n_chunks = grid.n_chunks();
+    if k >= n_chunks {
+        return Err(LabError::config("chunk", k, &format!("0..{n_chunks}")));
+    }
+    if written {
+        return Err(LabError::config("chunk", k, "a chunk not yet written"));
+    }
+    let items = grid.chunk(k);
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None)
+        .take(items.len() * n_runs)
+        .collect();
+    for r in runs {
+        let (item, run) = key(&r);
+        if !items.contains(&item) || run >= n_runs {
+            return Err(LabError::config(
+                "runs",
+                format!("{what} {item} run {run}"),
+                &format!("{what} in {items:?} × run in 0..{n_runs}"),
+            ));
+        }
+        let slot = &mut slots[(item - items.start) * n_runs + run];
+        if slot.is_some() {
+            return Err(LabError::config(
+                "runs",
+                format!("{what} {item} run {run} twice"),
+                "each run once",
+            ));
+        }
+        *slot = Some(r);
+    }
+    let ordered = slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            let (item, run) = (items.start + i / n_runs, i % n_runs);
+            slot.ok_or_else(|| {
+                LabError::config(
+                    "runs",
+                    format!("{what} {item} run {run} missing"),
+                    "every run",
+                )
+            })
+        })
+        .collect::<Result<Vec<R>, LabError>>()?;
+    Ok((items, ordered))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A grid of 5 prompts in chunks of 2 (the last chunk holds one).
+    struct Five;
+    impl Grid for Five {
+        fn chunking(&self) -> Chunking {
+            Chunking {
+                prompts: 5,
+                batch: 2,
+                runs_per_prompt: 3,
+            }
+        }
+        fn set_batch(&mut self, _: usize) {}
+    }
+
+    #[test]
+    fn chunk_runs_come_back_in_item_run_order_or_are_refused_by_field() {
+        let order = |k, written, runs: Vec<(usize, usize)>| {
+            order_chunk_runs(&Five, k, written, 3, "prefix", runs, |&r| r).map_err(|e| match e {
+                LabError::Config { field, value, .. } => format!("{field}: {value}"),
+                e => e.to_string(),
+            })
+        };
+        let all = |items: std::ops::Range<usize>| -> Vec<(usize, usize)> {
+            items.flat_map(|p| (0..3).map(move |r| (p, r))).collect()
+        };
+        let mut shuffled = all(2..4);
+        shuffled.reverse();
+        assert_eq!(order(1, false, shuffled), Ok((2..4, all(2..4))));
+        assert_eq!(order(2, false, all(4..5)), Ok((4..5, all(4..5))));
+        assert_eq!(order(3, false, vec![]).unwrap_err(), "chunk: 3");
+        assert_eq!(
+            order(usize::MAX, false, vec![]).unwrap_err(),
+            format!("chunk: {}", usize::MAX)
+        );
+        assert_eq!(order(0, true, all(0..2)).unwrap_err(), "chunk: 0");
+        let mut outside = all(0..2);
+        outside[0] = (2, 0);
+        assert_eq!(
+            order(0, false, outside).unwrap_err(),
+            "runs: prefix 2 run 0"
+        );
+        let mut bad_run = all(0..2);
+        bad_run[1] = (0, 3);
+        assert_eq!(
+            order(0, false, bad_run).unwrap_err(),
+            "runs: prefix 0 run 3"
+        );
+        let mut twice = all(0..2);
+        twice[1] = (0, 0);
+        assert_eq!(
+            order(0, false, twice).unwrap_err(),
+            "runs: prefix 0 run 0 twice"
+        );
+        assert_eq!(
+            order(0, false, all(0..2)[1..].to_vec()).unwrap_err(),
+            "runs: prefix 0 run 0 missing"
+        );
+    }
 
     #[test]
     fn chunks_cover_every_prompt_once_and_fit_the_sequence_limit() {
