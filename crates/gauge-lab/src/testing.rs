@@ -17,6 +17,24 @@ use gauge_engine::{LogitSource, SeqId, SourceError};
 use gauge_sampling::TokenId;
 use std::collections::BTreeMap;
 
+/// An empty directory for one test: `<tmp>/gauge-lab-<tag>-<pid>-<name>`, cleared first.
+pub fn scratch_dir(tag: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("gauge-lab-{tag}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a scratch directory");
+    d
+}
+
+/// The engine record of a test's stand-in Python stack (cpu, float32, a fake torch version).
+pub fn test_engine() -> crate::stack::EngineInfo {
+    crate::stack::EngineInfo {
+        device: "cpu".into(),
+        dtype: "float32".into(),
+        versions: [("torch".to_string(), "test".to_string())].into(),
+        options: Default::default(),
+    }
+}
+
 /// SplitMix64: a tiny, well-mixed hash step.
 pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

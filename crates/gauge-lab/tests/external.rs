@@ -6,16 +6,13 @@
 use gauge_engine::LogitSource;
 use gauge_lab::probe::external::{DecodedRun, ExternalProbe};
 use gauge_lab::probe::{run_dir, RawLine, Role};
-use gauge_lab::stack::{EngineInfo, Stack};
-use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
+use gauge_lab::stack::Stack;
+use gauge_lab::testing::{scratch_dir, test_engine, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, Grid, LabError, ProbeConfig, RunControl};
 use std::path::PathBuf;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-ext-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir("ext", name)
 }
 
 fn gauge_cfg() -> ProbeConfig {
@@ -32,12 +29,7 @@ fn gauge_cfg() -> ProbeConfig {
 fn hf_cfg() -> ProbeConfig {
     ProbeConfig {
         sampler: Stack::Hf,
-        engine: Some(EngineInfo {
-            device: "cpu".into(),
-            dtype: "float32".into(),
-            versions: [("torch".to_string(), "test".to_string())].into(),
-            options: Default::default(),
-        }),
+        engine: Some(test_engine()),
         ..gauge_cfg()
     }
 }

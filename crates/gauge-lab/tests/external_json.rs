@@ -5,16 +5,13 @@
 
 use gauge_lab::json::external::{DecodedOutput, ExternalJson};
 use gauge_lab::json::{json_run_dir, run_json, JsonConfig, JsonLine};
-use gauge_lab::stack::{EngineInfo, Stack};
-use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig};
+use gauge_lab::stack::Stack;
+use gauge_lab::testing::{scratch_dir, test_engine, BraceCodec, HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use std::path::{Path, PathBuf};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-extjson-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir("extjson", name)
 }
 
 fn gauge_cfg() -> JsonConfig {
@@ -30,12 +27,7 @@ fn gauge_cfg() -> JsonConfig {
 fn hf_cfg() -> JsonConfig {
     JsonConfig {
         sampler: Stack::Hf,
-        engine: Some(EngineInfo {
-            device: "cpu".into(),
-            dtype: "float32".into(),
-            versions: [("torch".to_string(), "test".to_string())].into(),
-            options: Default::default(),
-        }),
+        engine: Some(test_engine()),
         ..gauge_cfg()
     }
 }
