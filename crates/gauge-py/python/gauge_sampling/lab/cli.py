@@ -11,6 +11,7 @@ the dtype and the package versions, so the same command resumes the same directo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -206,6 +207,25 @@ def setup(args) -> tuple:
     return ref, device, dtype, engine_info(args.engine, device, dtype, args.tensor_parallel_size)
 
 
+@contextlib.contextmanager
+def closing(engine):
+    """The engine, closed (vLLM's workers) however the block ends."""
+    try:
+        yield engine
+    finally:
+        close = getattr(engine, "close", None)
+        if close:
+            close()
+
+
+def print_summary(args, summary: dict, render) -> None:
+    """The summary on stdout: its JSON with ``--json``, else gauge-lab's table."""
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(render(json.dumps(summary)), end="")
+
+
 def run_json_command(args) -> int:
     from .jsonrun import prompt_tokens, run_json
 
@@ -214,21 +234,14 @@ def run_json_command(args) -> int:
     json_config(args, ref.label, info, not args.no_chat)
     cfg = json.loads(json_config(args, ref.label, info, False))
     engine, tok, n_vocab = make_engine(args, ref, device, dtype, info, max_model_len=2048)
-    try:
+    with closing(engine):
         chat = not args.no_chat and getattr(tok, "chat_template", None) is not None
         cfg_json = json_config(args, ref.label, info, chat)
         texts = [t for _, t in _native.a2_prompts()[: cfg["schemas"]]]
         prompts = prompt_tokens(tok, texts, chat)
         t0 = time.monotonic()
         summary, run_dir = run_json(engine, prompts, cfg_json, Path(args.out), n_vocab)
-    finally:
-        close = getattr(engine, "close", None)
-        if close:
-            close()
-    if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        print(_native.render_json_table(json.dumps(summary)), end="")
+    print_summary(args, summary, _native.render_json_table)
     print(
         f"json ({args.engine}, {device}, {dtype}): {time.monotonic() - t0:.1f} s "
         f"(chat template: {'yes' if chat else 'no'}); outputs and verdicts in {run_dir}",
@@ -244,21 +257,14 @@ def run_probe_command(args) -> int:
     # Checked before a model loads; made again after, with what the engine recorded.
     cfg = json.loads(probe_config(args, ref.label, info))
     engine, tok, n_vocab = make_engine(args, ref, device, dtype, info)
-    cfg_json = probe_config(args, ref.label, info)
-    prompts = [tok(text)["input_ids"] for _, text in _native.a1_prefixes()[: cfg["prefixes"]]]
-    t0 = time.monotonic()
-    try:
+    with closing(engine):
+        cfg_json = probe_config(args, ref.label, info)
+        prompts = [tok(text)["input_ids"] for _, text in _native.a1_prefixes()[: cfg["prefixes"]]]
+        t0 = time.monotonic()
         summary, run_dir = run_probe(
             engine, prompts, cfg_json, Path(args.out), n_vocab, max_runs=args.n_seq_max
         )
-    finally:
-        close = getattr(engine, "close", None)
-        if close:
-            close()
-    if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        print(_native.render_probe_table(json.dumps(summary)), end="")
+    print_summary(args, summary, _native.render_probe_table)
     print(
         f"probe ({args.engine}, {device}, {dtype}): {time.monotonic() - t0:.1f} s; "
         f"report, raw results and plots in {run_dir}",
