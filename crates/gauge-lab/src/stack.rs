@@ -181,18 +181,28 @@ impl EngineInfo {
     }
 }
 
-/// A Python stack needs its [`EngineInfo`]; the Rust stacks have none.
-pub(crate) fn check_engine(stack: Stack, engine: Option<&EngineInfo>) -> Result<(), LabError> {
-    match (stack.is_python(), engine) {
-        (true, None) => Err(LabError::config(
+/// A Python stack needs its [`EngineInfo`] and takes no penalty window (its penalties see the
+/// whole prompt and output); the Rust stacks have no engine record.
+pub(crate) fn check_engine(
+    stack: Stack,
+    engine: Option<&EngineInfo>,
+    window: Option<usize>,
+) -> Result<(), LabError> {
+    match (stack.is_python(), engine, window) {
+        (true, None, _) => Err(LabError::config(
             "engine",
             "null",
             "the device, dtype and versions of the hf / vllm run",
         )),
-        (false, Some(e)) => Err(LabError::config(
+        (false, Some(e), _) => Err(LabError::config(
             "engine",
             e.describe(),
             "null for the gauge and llama-cpp stacks",
+        )),
+        (true, Some(_), Some(n)) => Err(LabError::config(
+            "window",
+            n,
+            "none for hf and vllm (their penalties see the whole prompt and output)",
         )),
         _ => Ok(()),
     }

@@ -125,16 +125,7 @@ impl JsonConfig {
                 ),
             });
         }
-        check_engine(self.sampler, self.engine.as_ref())?;
-        if self.sampler.is_python() {
-            if let Some(n) = self.window {
-                return Err(LabError::config(
-                    "window",
-                    n,
-                    "none for hf and vllm (their penalties see the whole prompt and output)",
-                ));
-            }
-        }
+        check_engine(self.sampler, self.engine.as_ref(), self.window)?;
         Ok(())
     }
 

@@ -115,16 +115,7 @@ impl ProbeConfig {
         }
         check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
         check_count("batch_prefixes", self.batch_prefixes, usize::MAX)?;
-        check_engine(self.sampler, self.engine.as_ref())?;
-        if self.sampler.is_python() {
-            if let Some(n) = self.window {
-                return Err(LabError::config(
-                    "window",
-                    n,
-                    "none for hf and vllm (their penalties see the whole prompt and output)",
-                ));
-            }
-        }
+        check_engine(self.sampler, self.engine.as_ref(), self.window)?;
         Ok(())
     }
 
