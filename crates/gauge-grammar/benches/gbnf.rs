@@ -9,11 +9,10 @@
 //!
 //! docs/server.md reports the per-token medians (criterion time ÷ the text's token count).
 
-use std::sync::Arc;
+mod common;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use gauge_engine::{Model, ModelOptions, Registry, DEFAULT_MODEL};
-use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarState, GrammarVocab};
+use gauge_grammar::{ConstraintRequest, ConstraintSpec, GrammarState};
 use serde_json::json;
 
 const TEXT: &str = r#"{"name":"Ada Lovelace","born":1815,"languages":["English","French"],"notes":"wrote the first \"program\", for the Analytical Engine","ratio":0.618,"active":false,"address":{"city":"London","zip":"W1"}}"#;
@@ -27,27 +26,9 @@ STRING: /"([^"\\]|\\(["\\\/bfnrt]|u[0-9a-fA-F]{4}))*"/
 NUMBER: /-?([0-9]|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/
 "#;
 
-fn model() -> Arc<Model> {
-    let path = Registry::from_env()
-        .expect("cache dir")
-        .resolve_model(DEFAULT_MODEL)
-        .expect("default model");
-    Arc::new(
-        Model::load(
-            path,
-            ModelOptions {
-                n_threads: 1,
-                ..Default::default()
-            },
-        )
-        .expect("load"),
-    )
-}
-
 fn benches(c: &mut Criterion) {
-    let model = model();
-    let vocab = GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
-        .expect("vocab");
+    let model = common::default_model();
+    let vocab = common::grammar_vocab(&model);
     let tokens: Vec<u32> = model
         .tokenize(TEXT, false, false)
         .expect("tokenize")

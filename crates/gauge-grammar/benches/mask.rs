@@ -9,10 +9,9 @@
 //! rows: per token, the chain samples from the row and then accepts the trajectory's token.
 //! docs/bench.md divides by 64.
 
-use std::sync::Arc;
+mod common;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use gauge_engine::{Model, ModelOptions, Registry, DEFAULT_MODEL};
 use gauge_grammar::{
     constrain, ConstraintRequest, ConstraintSpec, GrammarStage, GrammarState, GrammarVocab,
 };
@@ -68,22 +67,7 @@ fn params(repeat: f32, mode: PenaltyMode) -> SamplingParams {
 }
 
 fn gguf_vocab() -> GrammarVocab {
-    let path = Registry::from_env()
-        .expect("cache dir")
-        .resolve_model(DEFAULT_MODEL)
-        .expect("default model");
-    let model = Arc::new(
-        Model::load(
-            path,
-            ModelOptions {
-                n_threads: 1,
-                ..Default::default()
-            },
-        )
-        .expect("load"),
-    );
-    GrammarVocab::from_token_bytes(&model.grammar_token_bytes(), &model.grammar_eos())
-        .expect("vocab")
+    common::grammar_vocab(&common::default_model())
 }
 
 /// The Qwen tokenizer's tokens (byte-level BPE through llguidance's reader), padded to 151,936.
