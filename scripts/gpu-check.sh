@@ -41,24 +41,22 @@ run model-runner-v2 VLLM_USE_V2_MODEL_RUNNER=1
 # results root, so the second report carries the cross-stack table. The probe's vLLM processor
 # implements the v1 interface only (docs/python.md): v1 runner.
 rm -rf target/gpu-check-results
-for engine in hf vllm; do
-  echo "== probe --engine $engine --device cuda (quick grid)"
-  if env VLLM_USE_V2_MODEL_RUNNER=0 "$VENV/bin/python" -m gauge_sampling probe --engine "$engine" --device cuda \
-      --out target/gpu-check-results > "target/gpu-check-probe-$engine.txt" 2> "target/gpu-check-probe-$engine.log"; then
-    cat "target/gpu-check-probe-$engine.txt"
-  else
-    echo "FAILED: probe --engine $engine (log: target/gpu-check-probe-$engine.log)"; tail -5 "target/gpu-check-probe-$engine.log"; status=1
-  fi
-done
-# A2 on both engines on cuda: the whole 200-schema grid (gauge json's defaults).
-for engine in hf vllm; do
-  echo "== json --engine $engine --device cuda (200 schemas)"
-  if env VLLM_USE_V2_MODEL_RUNNER=0 "$VENV/bin/python" -m gauge_sampling json --engine "$engine" --device cuda \
-      --out target/gpu-check-results > "target/gpu-check-json-$engine.txt" 2> "target/gpu-check-json-$engine.log"; then
-    cat "target/gpu-check-json-$engine.txt"
-  else
-    echo "FAILED: json --engine $engine (log: target/gpu-check-json-$engine.log)"; tail -5 "target/gpu-check-json-$engine.log"; status=1
-  fi
-done
+# instrument COMMAND WHAT: `python -m gauge_sampling COMMAND` on both engines on cuda.
+instrument() {
+  local cmd=$1 what=$2 engine
+  for engine in hf vllm; do
+    echo "== $cmd --engine $engine --device cuda ($what)"
+    local out="target/gpu-check-$cmd-$engine"
+    if env VLLM_USE_V2_MODEL_RUNNER=0 "$VENV/bin/python" -m gauge_sampling "$cmd" --engine "$engine" --device cuda \
+        --out target/gpu-check-results > "$out.txt" 2> "$out.log"; then
+      cat "$out.txt"
+    else
+      echo "FAILED: $cmd --engine $engine (log: $out.log)"; tail -5 "$out.log"; status=1
+    fi
+  done
+}
+instrument probe "quick grid"
+# A2: the whole 200-schema grid (gauge json's defaults).
+instrument json "200 schemas"
 if [ $status -eq 0 ]; then echo "gpu-check: everything passed on cuda"; else echo "gpu-check: failures above (logs: target/gpu-check-*.log)"; fi
 exit $status
