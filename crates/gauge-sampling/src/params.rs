@@ -20,7 +20,7 @@
 //! |---|---|---|
 //! | `temperature` | `temp` | HF `do_sample: false` sets it to 0 (greedy) |
 //! | `typical_p` | `typ_p` | |
-//! | `n_probs` | `logprobs` (an integer, or OpenAI's `true` = `top_logprobs`, default 20) | `n_probs` first |
+//! | `n_probs` | `logprobs` (an integer, or OpenAI's `true` = `top_logprobs`, default 20) | `n_probs` first; counts that differ conflict; `top_logprobs` needs `logprobs: true` (as llama-server) |
 //! | `n_predict` | `max_tokens`, `max_completion_tokens`, `max_new_tokens` (HF) | |
 //! | `repeat_penalty` | `repetition_penalty` (HF, vLLM) | under the HF/vLLM name the window defaults to the whole history (`repeat_last_n: -1`), their scope |
 //! | `samplers` | an array of names, or a string of letters (`"edskypmxt"`) | – |
@@ -465,6 +465,78 @@ fn parse_breaker_ids(v: &Value) -> Result<Vec<Vec<TokenId>>> {
         .collect()
 }
 
+/// A count of alternatives per token under `field`: an integer `>= 0`, named as sent.
+fn as_count(field: &str, v: &Value) -> Result<i32> {
+    let n = as_i64(field, v).map_err(|_| type_err(field, v, "an integer >= 0"))?;
+    if n < 0 {
+        return Err(SamplingError::param(field, n, ">= 0"));
+    }
+    i32::try_from(n).map_err(|_| SamplingError::param(field, n, "an integer in 0..=2147483647"))
+}
+
+/// Alternatives per token, from llama-server's `n_probs`, OpenAI legacy completions' `logprobs`
+/// (a count) or OpenAI chat's `logprobs: true` with `top_logprobs` (default 20). Every name
+/// present is type-checked under its own name, two counts that differ are a conflict, and
+/// `top_logprobs` without `logprobs: true` is refused as llama-server refuses it ("top_logprobs
+/// requires logprobs to be set to true") instead of being dropped. `None`: none of them is sent.
+fn parse_n_probs(obj: &Map<String, Value>) -> Result<Option<i32>> {
+    let n_probs = match lookup(obj, &["n_probs"]) {
+        Some((f, v)) => Some((f, v, as_count(f, v)?)),
+        None => None,
+    };
+    // `None`: absent; `Some(None)`: a boolean; `Some(Some(n))`: a count.
+    let logprobs = match lookup(obj, &["logprobs"]) {
+        None => None,
+        Some((_, Value::Bool(b))) => Some((Value::Bool(*b), None)),
+        Some((f, v @ Value::Number(_))) => Some((v.clone(), Some(as_count(f, v)?))),
+        Some((f, v)) => return Err(type_err(f, v, "true, false or an integer >= 0")),
+    };
+    let top = match lookup(obj, &["top_logprobs"]) {
+        Some((f, v)) => Some((f, v, as_count(f, v)?)),
+        None => None,
+    };
+    let conflict = |a: &str, av: &Value, b: &str, bv: &Value| SamplingError::ConflictingAliases {
+        first: a.into(),
+        first_value: fields::short(av),
+        second: b.into(),
+        second_value: fields::short(bv),
+    };
+    if let Some((tf, tv, t)) = top {
+        match &logprobs {
+            Some((_, Some(l))) if *l != t => {
+                return Err(conflict("logprobs", &obj["logprobs"], tf, tv))
+            }
+            Some((_, Some(_))) | Some((Value::Bool(true), None)) => {}
+            _ => {
+                return Err(SamplingError::param(
+                    tf,
+                    fields::short(tv),
+                    "only with `logprobs: true` (top_logprobs requires logprobs to be set to \
+                     true; or send `n_probs`)",
+                ))
+            }
+        }
+        if let Some((nf, nv, n)) = n_probs {
+            if n != t {
+                return Err(conflict(nf, nv, tf, tv));
+            }
+        }
+    }
+    if let (Some((nf, nv, n)), Some((_, Some(l)))) = (n_probs, &logprobs) {
+        if n != *l {
+            return Err(conflict(nf, nv, "logprobs", &obj["logprobs"]));
+        }
+    }
+    Ok(match (n_probs, logprobs) {
+        (Some((_, _, n)), _) => Some(n),
+        (None, Some((_, Some(l)))) => Some(l),
+        // OpenAI chat: `logprobs: true` asks for `top_logprobs` alternatives (llama-server: 20).
+        (None, Some((Value::Bool(true), None))) => Some(top.map_or(20, |t| t.2)),
+        (None, Some(_)) => Some(0),
+        (None, None) => None,
+    })
+}
+
 impl SamplingParams {
     /// Parse a request object (see the module docs for names, aliases and `null`).
     pub fn from_value(v: &Value) -> Result<SamplingParams> {
@@ -585,32 +657,8 @@ impl SamplingParams {
         if let Some((_, v)) = lookup(obj, &["logit_bias"]) {
             p.logit_bias = parse_logit_bias(v)?;
         }
-        // Both names present: `logprobs` is type-checked too, and a count must agree.
-        if let (Some(n), Some(l)) = (lookup(obj, &["n_probs"]), lookup(obj, &["logprobs"])) {
-            let np = as_i32(n.0, n.1)?;
-            if !l.1.is_boolean() && as_i32(l.0, l.1)? != np {
-                return Err(SamplingError::ConflictingAliases {
-                    first: n.0.into(),
-                    first_value: fields::short(n.1),
-                    second: l.0.into(),
-                    second_value: fields::short(l.1),
-                });
-            }
-        }
-        match lookup(obj, &["n_probs", "logprobs"]) {
-            // OpenAI chat: `logprobs: true` asks for `top_logprobs` alternatives (llama-server: 20).
-            Some(("logprobs", Value::Bool(b))) => {
-                p.n_probs = if *b {
-                    match lookup(obj, &["top_logprobs"]) {
-                        Some((f, v)) => as_i32(f, v)?,
-                        None => 20,
-                    }
-                } else {
-                    0
-                }
-            }
-            Some((f, v)) => p.n_probs = as_i32(f, v)?,
-            None => {}
+        if let Some(n) = parse_n_probs(obj)? {
+            p.n_probs = n;
         }
         Ok(p)
     }
