@@ -112,15 +112,57 @@ fn main() -> ExitCode {
                     return ExitCode::SUCCESS;
                 }
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
 }
 
+/// `e` and its causes joined by ": " (anyhow's `{:#}`), skipping a cause whose text the message
+/// already ends with: an error type that both shows its source and returns it from `source()`
+/// would otherwise print the OS error twice ("Read-only file system (os error 30): Read-only file
+/// system (os error 30)").
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::llama_spellings;
+
+    #[test]
+    fn os_errors_are_printed_once() {
+        #[derive(Debug)]
+        struct Shows(std::io::Error);
+        impl std::fmt::Display for Shows {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "binding 127.0.0.1:1: {}", self.0)
+            }
+        }
+        impl std::error::Error for Shows {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Shows(std::io::Error::from_raw_os_error(30)))
+            .context("starting the server");
+        let text = super::error_text(&e);
+        assert_eq!(text.matches("(os error 30)").count(), 1, "{text}");
+        assert!(text.starts_with("starting the server: binding"), "{text}");
+        // Distinct causes are all kept.
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::error_text(&e), "outer: inner");
+    }
     use std::ffi::OsString;
 
     fn run(args: &[&str]) -> Vec<String> {

