@@ -41,10 +41,12 @@ pub struct Chain {
     fast: bool,
 }
 
+crate::simd::multiversion! {
 /// One vectorisable pass over a logit row: (a NaN or `+inf` anywhere, some value above `-inf`).
 /// A row is valid when the first is false and the second true ([`Chain::validate_row`]); a
 /// stage that reads the row straight (`Sampler::apply_from_row`) uses it to answer
-/// `FromRow::Invalid`, and the chain then reports the exact entry.
+/// `FromRow::Invalid`, and the chain then reports the exact entry. Dispatched
+/// ([`crate::simd`]).
 pub fn row_flags(logits: &[f32]) -> (bool, bool) {
     let mut bad = false;
     let mut any_finite = false;
@@ -58,6 +60,7 @@ pub fn row_flags(logits: &[f32]) -> (bool, bool) {
         any_finite |= f;
     }
     (bad, any_finite)
+}
 }
 
 impl Chain {

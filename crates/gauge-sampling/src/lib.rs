@@ -74,6 +74,7 @@ pub mod presets;
 pub mod rng;
 pub mod sampler;
 pub mod samplers;
+pub mod simd;
 /// libstdc++'s sorts and llama.cpp's bucket sort, ported with their tie order: internal, public
 /// only with the `testing` feature (this crate's tie-order tests).
 #[cfg(feature = "testing")]

@@ -304,6 +304,57 @@ impl Overlay {
         m
     }
 
+    /// Whether the first `upto` transforms are all monotone maps of one value (divisions and the
+    /// log-softmax; not a mask). Then an unedited span's largest value is the map of its largest
+    /// raw entry, and a bar on values has a raw bar ([`Overlay::raw_bar`]), so a kernel can read
+    /// raw spans at raw speed and map only what it keeps.
+    pub(crate) fn monotone_upto(&self, upto: usize) -> bool {
+        self.xf[..upto.min(self.n_xf as usize)]
+            .iter()
+            .flatten()
+            .all(|t| matches!(t, Transform::Div(_) | Transform::LogProb { .. }))
+    }
+
+    /// An unedited raw value with the first `upto` transforms applied (what `value_at` gives for
+    /// an id without an edit).
+    #[inline(always)]
+    pub(crate) fn map_upto(&self, x: f32, upto: usize, row: &[f32]) -> f32 {
+        self.transform_range(0, upto.min(u8::MAX as usize) as u8, x, row)
+    }
+
+    /// A raw bar `r` for the value bar `t` under the first `upto` transforms, which must be
+    /// monotone ([`Overlay::monotone_upto`]): every raw `x` whose value reaches `t` has `x >= r`.
+    /// Found by inverting the maps approximately, then stepping down until the map of the bar is
+    /// below `t` (each map is non-decreasing, so everything at or below it is too); `-inf` (read
+    /// everything) when no such point turns up. Callers still test each hit's value against `t`.
+    pub(crate) fn raw_bar(&self, t: f32, upto: usize, row: &[f32]) -> f32 {
+        if !(t > f32::NEG_INFINITY && t.is_finite()) {
+            return f32::NEG_INFINITY;
+        }
+        let xf = &self.xf[..upto.min(self.n_xf as usize)];
+        let mut y = f64::from(t);
+        for tr in xf.iter().rev().flatten() {
+            y = match *tr {
+                Transform::Div(d) => y * f64::from(d),
+                Transform::LogProb { max, lse } => y + lse + f64::from(max),
+                Transform::LazyMask { .. } => return f32::NEG_INFINITY,
+            };
+        }
+        let mut below = y as f32;
+        if !below.is_finite() {
+            return f32::NEG_INFINITY;
+        }
+        let mut step = below.abs().max(f32::MIN_POSITIVE) * f32::EPSILON * 4.0;
+        for _ in 0..64 {
+            if self.map_upto(below, upto, row) < t {
+                return below.next_up();
+            }
+            below -= step;
+            step *= 2.0;
+        }
+        f32::NEG_INFINITY
+    }
+
     /// The pending divisor when the only transform is a temperature division (mirostat's fast path
     /// divides as it reads).
     pub(crate) fn only_div(&self) -> Option<f32> {

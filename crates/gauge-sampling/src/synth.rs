@@ -78,6 +78,16 @@ pub fn bench_scenarios() -> Vec<(&'static str, serde_json::Value)> {
                    "top_n_sigma": 2.0, "top_k": 40, "typical_p": 0.95, "top_p": 0.95, "min_p": 0.05,
                    "xtc_probability": 1.0, "xtc_threshold": 0.1, "temperature": 0.8, "dynatemp_range": 0.5, "dynatemp_exponent": 1.0}),
         ),
+        // The repeat penalty's two operators in the default chain (θ 1.3 over the last 64 tokens);
+        // llama.cpp has only `ctrl`, so `gauge bench sampling` runs ctrl on its side of both.
+        (
+            "default+ctrl",
+            json!({"seed": 42, "repeat_penalty": 1.3, "repeat_last_n": 64, "repeat_penalty_mode": "ctrl"}),
+        ),
+        (
+            "default+normalized",
+            json!({"seed": 42, "repeat_penalty": 1.3, "repeat_last_n": 64, "repeat_penalty_mode": "normalized"}),
+        ),
         (
             "mirostat-v2",
             json!({"seed": 42, "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "temperature": 0.8}),

@@ -1,18 +1,21 @@
 //! One-pass reductions over "row + overlay": greedy's first maximum, dist's maximum and weights.
 
-use super::{any_bad, for_spans, span_max};
+use super::{any_bad, span_max, spans};
 use crate::overlay::{Overlay, CHUNK};
+use crate::simd::multiversion;
 
+multiversion! {
 /// llama.cpp greedy over the identity layout: index of the first maximum (strict `>`), starting
 /// from index 0. `None` if the row holds NaN or +inf (pending transforms may create `+inf`, e.g. a
-/// huge logit divided by a small temperature; that is a valid value, not an error).
+/// huge logit divided by a small temperature; that is a valid value, not an error). Dispatched
+/// ([`crate::simd`]).
 pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut best_i = 0usize;
     let mut best = ov.get(row, 0);
     let mut bad = false;
     let plain = !ov.has_transforms();
     let mut buf = [0.0f32; CHUNK];
-    for_spans(row, ov, |start, span, edited| {
+    for (start, span, edited) in spans(row, ov) {
         if plain && !edited {
             // a later span only wins with a strictly larger value, at its first occurrence
             let sm = span_max(span, &mut bad);
@@ -20,7 +23,7 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
                 best = sm;
                 best_i = start + span.iter().position(|&x| x == sm).unwrap_or(0);
             }
-            return;
+            continue;
         }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let start = start + i * CHUNK;
@@ -33,12 +36,15 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
                 }
             }
         }
-    });
+    }
     (!bad).then_some(best_i)
 }
+}
 
+multiversion! {
 /// The largest current value of "row + overlay" (llama.cpp's `max_logit` over the identity layout:
 /// NaN never wins, `-inf` when every value is), or `None` if the row holds NaN or +inf.
+/// Dispatched ([`crate::simd`]).
 pub fn current_max(row: &[f32], ov: &Overlay) -> Option<f32> {
     let map = match (ov.has_transforms(), ov.only_div()) {
         (false, _) => Some(1.0f32),
@@ -48,13 +54,13 @@ pub fn current_max(row: &[f32], ov: &Overlay) -> Option<f32> {
     let mut bad = false;
     let mut m = f32::NEG_INFINITY;
     let mut vbuf = [0.0f32; CHUNK];
-    for_spans(row, ov, |start, span, edited| {
+    for (start, span, edited) in spans(row, ov) {
         if let (Some(t), false) = (map, edited) {
             // the division is monotone: the max of the raw span maps to the max of its values
             let x = span_max(span, &mut bad);
             let v = if t == 1.0 { x } else { x / t };
             m = if v > m { v } else { m };
-            return;
+            continue;
         }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             bad |= any_bad(block);
@@ -62,8 +68,9 @@ pub fn current_max(row: &[f32], ov: &Overlay) -> Option<f32> {
                 m = if v > m { v } else { m };
             }
         }
-    });
+    }
     (!bad).then_some(m)
+}
 }
 
 /// The current values of "row + overlay" in id order, into `out` (what a filled array would hold;
@@ -72,10 +79,10 @@ pub fn current_values(row: &[f32], ov: &Overlay, out: &mut Vec<f32>) {
     out.clear();
     out.reserve(row.len());
     let mut vbuf = [0.0f32; CHUNK];
-    for_spans(row, ov, |start, span, edited| {
+    for (start, span, edited) in spans(row, ov) {
         if !edited && !ov.has_transforms() {
             out.extend_from_slice(span);
-            return;
+            continue;
         }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             out.extend_from_slice(ov.current_block(
@@ -86,11 +93,13 @@ pub fn current_values(row: &[f32], ov: &Overlay, out: &mut Vec<f32>) {
                 &mut vbuf,
             ));
         }
-    });
+    }
 }
 
+multiversion! {
 /// dist's weights over "row + overlay": `w[i] = expf(v_i - max)` (f32) for every id in order, into
 /// `w`, and their f64 sum in the same order, exactly as `dist` computes them on the filled array.
+/// Dispatched ([`crate::simd`]); `expf` is libm's on every level.
 pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64 {
     w.clear();
     w.reserve(row.len());
@@ -98,7 +107,7 @@ pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64
     let plain = !ov.has_transforms();
     let mut sum = 0.0f64;
     let mut vbuf = [0.0f32; CHUNK];
-    for_spans(row, ov, |start, span, edited| {
+    for (start, span, edited) in spans(row, ov) {
         if !edited && (plain || div.is_some()) {
             let t = div.unwrap_or(1.0);
             for &x in span {
@@ -107,7 +116,7 @@ pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64
                 w.push(p);
                 sum += p as f64;
             }
-            return;
+            continue;
         }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             for &v in ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf) {
@@ -116,8 +125,9 @@ pub fn exp_weights(row: &[f32], ov: &Overlay, max: f32, w: &mut Vec<f32>) -> f64
                 sum += p as f64;
             }
         }
-    });
+    }
     sum
+}
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! filling or sorting the array, or a refusal when the order would depend on tie-breaking it does
 //! not replay.
 
-use super::{any_bad, for_spans, mask_ge, span_max, Scan};
+use super::{any_bad, for_spans, mask_ge, span_max, spans, Scan};
 use crate::overlay::{Overlay, CHUNK};
+use crate::simd::multiversion;
 
 /// One span of `top_k_unique`'s first pass: `(max, start, len, edited)`.
 type SpanInfo = (f32, u32, u32, bool);
@@ -65,86 +66,9 @@ fn scan_top_k(
     if k == 0 || n == 0 {
         return Scan::Ambiguous;
     }
-    let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
-    let plain = upto == 0;
-    let mut vbuf = [0.0f32; CHUNK];
-    let pass = SPANS.with(|sp| {
-        let (spans, maxes) = &mut *sp.borrow_mut();
-        spans.clear();
-        // pass 1: the maximum of every span (and validation)
-        let mut bad = false;
-        for_spans(row, ov, |start, span, edited| {
-            let m = if plain && !edited {
-                span_max(span, &mut bad)
-            } else {
-                let mut m = f32::NEG_INFINITY;
-                for (i, block) in span.chunks(CHUNK).enumerate() {
-                    bad |= any_bad(block);
-                    for &v in ov.block_upto(row, start + i * CHUNK, block, edited, upto, &mut vbuf)
-                    {
-                        m = if v > m { v } else { m };
-                    }
-                }
-                m
-            };
-            spans.push((masked(m), start as u32, span.len() as u32, edited));
-        });
-        if bad {
-            return Scan::Invalid;
-        }
-        // The entry bar starts at the k-th largest span maximum: those k maxima are k distinct
-        // entries, so the k-th largest entry is at least that. Spans below it are never read.
-        let mut t = floor;
-        if spans.len() >= 2 * k {
-            maxes.clear();
-            maxes.extend(spans.iter().map(|s| s.0));
-            maxes.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-            t = t.max(maxes[k - 1]);
-        }
-        // pass 2: every entry >= the bar, the bar raised as the buffer fills
-        let cap = (4 * k).max(64) + CHUNK;
-        for &(m, start, len, edited) in spans.iter() {
-            if m < t {
-                continue;
-            }
-            let (start, len) = (start as usize, len as usize);
-            let span = &row[start..start + len];
-            let clean = plain && !edited;
-            for (i, block) in span.chunks(CHUNK).enumerate() {
-                let start = start + i * CHUNK;
-                if clean {
-                    let mut hits = mask_ge(block, t, &mut false);
-                    while hits != 0 {
-                        let j = hits.trailing_zeros() as usize;
-                        hits &= hits - 1;
-                        let v = masked(block[j]);
-                        if v >= t {
-                            buf.push((v, (start + j) as u32));
-                        }
-                    }
-                } else {
-                    let vals = ov.block_upto(row, start, block, edited, upto, &mut vbuf);
-                    for (j, &v) in vals.iter().enumerate() {
-                        let v = masked(v);
-                        if v >= t {
-                            buf.push((v, (start + j) as u32));
-                        }
-                    }
-                }
-                if buf.len() >= cap {
-                    // keep everything >= the k-th largest (ties included) and raise the bar
-                    buf.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
-                    let kth = buf[k - 1].0;
-                    buf.retain(|e| e.0 >= kth);
-                    t = kth;
-                    if buf.len() >= cap {
-                        return Scan::Ambiguous; // too many ties at the bar (replayed below)
-                    }
-                }
-            }
-        }
-        Scan::Done
-    });
+    let (mut info, mut maxes) = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
+    let pass = top_k_pass(row, ov, k, floor, upto, &mut info, &mut maxes, buf);
+    SPANS.with(|sp| *sp.borrow_mut() = (info, maxes));
     let ambiguous = |buf: &mut Vec<(f32, u32)>| {
         if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
             heap_replay(row, ov, k.min(n), floor, upto, buf)
@@ -177,6 +101,109 @@ fn scan_top_k(
     }
     buf.truncate(k);
     Scan::Done
+}
+
+multiversion! {
+/// [`scan_top_k`]'s two passes over the row, dispatched to the CPU's best instruction set
+/// ([`crate::simd`]); written without closures, which would be compiled once for every level.
+/// Pass 1 takes every span's maximum (and validates), pass 2 collects every entry at or above a
+/// bar that starts at the k-th largest span maximum and rises as `buf` fills. `Ambiguous` when
+/// too many entries tie at the bar.
+#[allow(clippy::too_many_arguments)]
+fn top_k_pass(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    info: &mut Vec<SpanInfo>,
+    maxes: &mut Vec<f32>,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    let plain = upto == 0;
+    // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
+    // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
+    let mono = ov.monotone_upto(upto);
+    let mut vbuf = [0.0f32; CHUNK];
+    info.clear();
+    let mut bad = false;
+    for (start, span, edited) in spans(row, ov) {
+        let m = if plain && !edited {
+            span_max(span, &mut bad)
+        } else if mono && !edited {
+            ov.map_upto(span_max(span, &mut bad), upto, row)
+        } else {
+            let mut m = f32::NEG_INFINITY;
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                bad |= any_bad(block);
+                for &v in ov.block_upto(row, start + i * CHUNK, block, edited, upto, &mut vbuf) {
+                    m = if v > m { v } else { m };
+                }
+            }
+            m
+        };
+        let m = if m < floor { f32::NEG_INFINITY } else { m };
+        info.push((m, start as u32, span.len() as u32, edited));
+    }
+    if bad {
+        return Scan::Invalid;
+    }
+    // The entry bar starts at the k-th largest span maximum: those k maxima are k distinct
+    // entries, so the k-th largest entry is at least that. Spans below it are never read.
+    let mut t = floor;
+    if info.len() >= 2 * k {
+        maxes.clear();
+        maxes.extend(info.iter().map(|s| s.0));
+        maxes.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+        t = t.max(maxes[k - 1]);
+    }
+    let cap = (4 * k).max(64) + CHUNK;
+    // the bar on raw entries of unedited spans (`t` itself when nothing is pending)
+    let mut raw_t = if plain { t } else { ov.raw_bar(t, upto, row) };
+    for &(m, start, len, edited) in info.iter() {
+        if m < t {
+            continue;
+        }
+        let (start, len) = (start as usize, len as usize);
+        let span = &row[start..start + len];
+        let clean = (plain || mono) && !edited;
+        for (i, block) in span.chunks(CHUNK).enumerate() {
+            let start = start + i * CHUNK;
+            if clean {
+                let mut hits = mask_ge(block, raw_t, &mut false);
+                while hits != 0 {
+                    let j = hits.trailing_zeros() as usize;
+                    hits &= hits - 1;
+                    let v = if plain { block[j] } else { ov.map_upto(block[j], upto, row) };
+                    let v = if v < floor { f32::NEG_INFINITY } else { v };
+                    if v >= t {
+                        buf.push((v, (start + j) as u32));
+                    }
+                }
+            } else {
+                let vals = ov.block_upto(row, start, block, edited, upto, &mut vbuf);
+                for (j, &v) in vals.iter().enumerate() {
+                    let v = if v < floor { f32::NEG_INFINITY } else { v };
+                    if v >= t {
+                        buf.push((v, (start + j) as u32));
+                    }
+                }
+            }
+            if buf.len() >= cap {
+                // keep everything >= the k-th largest (ties included) and raise the bar
+                buf.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+                let kth = buf[k - 1].0;
+                buf.retain(|e| e.0 >= kth);
+                t = kth;
+                raw_t = if plain { t } else { ov.raw_bar(t, upto, row) };
+                if buf.len() >= cap {
+                    return Scan::Ambiguous; // too many ties at the bar (replayed below)
+                }
+            }
+        }
+    }
+    Scan::Done
+}
 }
 
 /// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
@@ -292,6 +319,62 @@ mod tests {
             declined > 0 && replayed > 0,
             "both tie paths should run: {declined} {replayed}"
         );
+    }
+
+    /// Pending monotone transforms (a division, the log-softmax, both) are read raw through
+    /// [`Overlay::raw_bar`]: the same answer as top-k on the transformed, filled array.
+    #[test]
+    fn top_k_under_monotone_transforms_is_top_k_of_the_transformed_values() {
+        use crate::overlay::Transform;
+        let mut buf = Vec::new();
+        for seed in 0..120u64 {
+            let n = 17 + (seed as usize * 211) % 5000;
+            let k = 1 + (seed as usize * 13) % 150;
+            let (row, mut ov, _) = row_with_edits(n, seed, (seed % 7) as usize, seed % 4 == 0);
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let lse = 3.0 + seed as f64 * 0.37;
+            match seed % 3 {
+                0 => assert!(ov.push_transform(Transform::LogProb { max, lse })),
+                1 => assert!(ov.push_transform(Transform::Div(0.3 + seed as f32 * 0.01))),
+                _ => {
+                    assert!(ov.push_transform(Transform::LogProb { max, lse }));
+                    assert!(ov.push_transform(Transform::Div(0.7)));
+                }
+            }
+            ov.set((seed as usize * 31) % n, -1.5); // an edit after the transforms
+            ov.prepare();
+            let full: Vec<f32> = (0..n).map(|i| ov.get(&row, i)).collect();
+            let k = k.min(n);
+            match top_k_unique(&row, &ov, k, None, &mut buf) {
+                Scan::Done => {
+                    assert_eq!(buf, slow_top_k(&full, k, f32::NEG_INFINITY), "seed {seed}")
+                }
+                Scan::Ambiguous => assert!(k > 128, "seed {seed}: declined k = {k}"),
+                Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
+            }
+        }
+    }
+
+    #[test]
+    fn raw_bar_is_below_every_entry_that_reaches_the_bar() {
+        use crate::overlay::Transform;
+        let row: Vec<f32> = (0..4096).map(|i| (i as f32 - 2048.0) * 0.013).collect();
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        assert!(ov.push_transform(Transform::LogProb {
+            max: 26.6,
+            lse: 7.25
+        }));
+        assert!(ov.push_transform(Transform::Div(0.8)));
+        ov.prepare();
+        for &t in &[-50.0f32, -40.0, -33.3, -30.0, -0.5, f32::NEG_INFINITY] {
+            let r = ov.raw_bar(t, 2, &row);
+            for &x in &row {
+                if ov.map_upto(x, 2, &row) >= t {
+                    assert!(x >= r, "t {t}: {x} reaches it but is below the raw bar {r}");
+                }
+            }
+        }
     }
 
     #[test]

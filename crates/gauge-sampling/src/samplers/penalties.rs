@@ -57,8 +57,8 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::lse::{row_lse, row_max};
 use crate::kernels::reduce::current_values;
-use crate::kernels::span_max;
 use crate::overlay::{Overlay, Transform, MAX_TRANSFORMS};
 use crate::sampler::{Sampler, Shift};
 use crate::samplers::placeholder::Placeholder;
@@ -264,6 +264,13 @@ pub fn log_softmax_inplace(row: &mut [f32]) {
 /// cross-check compares the two bit for bit).
 #[inline]
 pub fn log_sum_exp_offset<T>(items: &[T], get: impl Fn(&T) -> f32, max: f32) -> f64 {
+    lse_impl(items, get, max)
+}
+
+/// [`log_sum_exp_offset`]'s body, inlined into each instruction-set version of the row kernel
+/// (`kernels::lse`).
+#[inline(always)]
+pub(crate) fn lse_impl<T>(items: &[T], get: impl Fn(&T) -> f32, max: f32) -> f64 {
     const BLOCK: usize = 16;
     const LANES: usize = 8;
     let mut acc = [0.0f64; LANES];
@@ -294,8 +301,8 @@ pub fn log_sum_exp_offset<T>(items: &[T], get: impl Fn(&T) -> f32, max: f32) -> 
 /// polynomial (truncation error `< 5e-9` relative), then scaled by `2^k` through the exponent
 /// bits. Inputs below -87 are clamped to -87: `exp(-87) ≈ 1.6e-38` is invisible in a sum that
 /// is at least 1, and the clamp keeps `2^k` a normal f32. No branches, so loops over it vectorise.
-#[inline]
-fn exp_nonpos(x: f32) -> f32 {
+#[inline(always)]
+pub(crate) fn exp_nonpos(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75; // ln2 with the low 9 mantissa bits cleared: k * LN2_HI is exact
     const LN2_LO: f32 = 1.428_606_8e-6; // ln2 - LN2_HI
@@ -462,19 +469,12 @@ impl Penalties {
         } else {
             row
         };
-        // Lane-wise, so it vectorises; equal values are the same value except ±0, where the
-        // first one met (`apply_normalized`'s fold) decides the sign.
-        let mut max = span_max(values, &mut false);
-        if max == 0.0 {
-            max = values
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &z| if z > m { z } else { m });
-        }
+        let max = row_max(values);
         if !max.is_finite() {
             // As `apply_normalized`: nothing to penalise (the row check reports a +inf).
             return true;
         }
-        let lse = log_sum_exp_offset(values, |&z| z, max);
+        let lse = row_lse(values, max);
         if !ov.push_transform(Transform::LogProb { max, lse }) {
             return false;
         }

@@ -166,3 +166,32 @@ pub fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
     }
     c
 }
+
+/// Run `f` once on every instruction-set level this machine can execute, forced one by one on
+/// this thread ([`gauge_sampling::simd::testing`]), and check from the kernels' counters that the
+/// forced level, and only it, ran. The fast-path exactness tests run their whole body this way, so
+/// each vector path is compared with the fill path bit for bit.
+pub fn on_every_level(mut f: impl FnMut()) {
+    use gauge_sampling::simd::{available, testing, Level};
+    for level in available() {
+        testing::force(Some(level));
+        let before = testing::runs();
+        f();
+        let after = testing::runs();
+        testing::force(None);
+        for l in Level::ALL {
+            let ran = after[l as usize] - before[l as usize];
+            if l == level {
+                assert!(ran > 0, "forced {}: no kernel ran on it", l.name());
+            } else {
+                assert_eq!(
+                    ran,
+                    0,
+                    "forced {}: {ran} calls ran on {}",
+                    level.name(),
+                    l.name()
+                );
+            }
+        }
+    }
+}
