@@ -48,8 +48,6 @@ pub(crate) struct AppState {
     pub next_id: AtomicU64,
     /// Unix time the server started (ids, `/v1/models`).
     pub started: u64,
-    /// Totals for `/metrics`.
-    pub metrics: crate::metrics::Metrics,
     /// Open connections (the limit, `/metrics`, shutdown).
     pub conns: Arc<crate::conn::Tracker>,
     /// Timeouts and the connection limit in effect.
@@ -254,8 +252,6 @@ struct Meta {
     created: u64,
     model: Arc<Model>,
     model_id: String,
-    /// For `/metrics` when the request finishes.
-    state: Arc<AppState>,
     logprobs: bool,
     include_usage: bool,
     return_tokens: bool,
@@ -327,7 +323,6 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         created: unix_now(),
         model: Arc::clone(&st.model),
         model_id: st.model_id.clone(),
-        state: Arc::clone(&st),
         logprobs: prep.logprobs,
         include_usage: prep.include_usage,
         return_tokens: prep.return_tokens,
@@ -491,7 +486,6 @@ async fn collect(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Result<Value, 
                 }
             }
             Event::Done(f) => {
-                meta.state.metrics.record(&f);
                 text.push_str(&f.tail);
                 return Ok(full_response(&meta, text, tokens, chat_lp, legacy, &f));
             }
@@ -772,7 +766,6 @@ impl StreamState {
     }
 
     fn finish(&mut self, f: Finish) {
-        self.meta.state.metrics.record(&f);
         match self.meta.ep {
             Endpoint::Chat | Endpoint::Completions => {
                 if !f.tail.is_empty() {

@@ -50,11 +50,32 @@ fn is_public(path: &str) -> bool {
     path == "/health" || path == "/v1/health" || crate::playground::is_public(path)
 }
 
+/// A credential header sent more than once (`Authorization` or `X-Api-Key`): which value counts
+/// would be the server's guess (RFC 9110 §5.3 forbids repeating a singleton field), so such a
+/// request is refused whatever the values are.
+pub(crate) fn repeated_credential(headers: &HeaderMap) -> Option<&'static str> {
+    [
+        (axum::http::header::AUTHORIZATION.as_str(), "Authorization"),
+        ("x-api-key", "X-Api-Key"),
+    ]
+    .into_iter()
+    .find(|(name, _)| headers.get_all(*name).iter().nth(1).is_some())
+    .map(|(_, shown)| shown)
+}
+
 /// With `--api-key`, every route but `/health` needs the key.
 pub(crate) async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.cfg.api_key {
-        if !is_public(req.uri().path()) && !key_matches(req.headers(), key) {
-            return ApiError::unauthorized().into_response();
+        if !is_public(req.uri().path()) {
+            if let Some(h) = repeated_credential(req.headers()) {
+                return ApiError::unauthorized_because(format!(
+                    "the `{h}` header is sent more than once: send the API key in one header"
+                ))
+                .into_response();
+            }
+            if !key_matches(req.headers(), key) {
+                return ApiError::unauthorized().into_response();
+            }
         }
     }
     next.run(req).await
@@ -62,7 +83,26 @@ pub(crate) async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Ne
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_token;
+    use super::{bearer_token, repeated_credential};
+    use axum::http::{HeaderMap, HeaderValue};
+
+    #[test]
+    fn two_authorization_headers_are_refused_in_either_order() {
+        for (a, b) in [("Bearer nope", "Bearer K"), ("Bearer K", "Bearer nope")] {
+            let mut h = HeaderMap::new();
+            h.append("authorization", HeaderValue::from_static(a));
+            h.append("authorization", HeaderValue::from_static(b));
+            assert_eq!(repeated_credential(&h), Some("Authorization"));
+        }
+        let mut h = HeaderMap::new();
+        h.append("x-api-key", HeaderValue::from_static("K"));
+        h.append("x-api-key", HeaderValue::from_static("K"));
+        assert_eq!(repeated_credential(&h), Some("X-Api-Key"));
+        let mut h = HeaderMap::new();
+        h.append("authorization", HeaderValue::from_static("Bearer K"));
+        h.append("x-api-key", HeaderValue::from_static("K"));
+        assert_eq!(repeated_credential(&h), None);
+    }
 
     #[test]
     fn bearer_needs_the_scheme_one_space_and_a_bare_token() {

@@ -207,11 +207,100 @@ impl Drop for Busy {
     }
 }
 
-/// The socket, noting the time of every read that brought bytes (the idle timer's clock).
+/// The socket, noting the time of every read that brought bytes (the idle timer's clock), and
+/// giving hyper's own answers to unparsable requests the JSON body every other error has.
 struct Activity {
     inner: TcpStream,
     tracker: Arc<Tracker>,
     conn: Arc<Conn>,
+    /// A response written in place of hyper's, and how much of it has been written.
+    pending: Option<(Vec<u8>, usize)>,
+}
+
+/// hyper answers a request it cannot parse itself, before any handler runs, with a status and
+/// an empty body: 400 (malformed request line or header), 414 (URI longer than 65,534 bytes) or
+/// 431 (request head too large, or more than 100 headers). `head` is one such answer (a status
+/// line and headers ending the slice, `content-length: 0`; the app's own errors always have a
+/// body): the same status with the documented `{"error": {...}}` body, and a close.
+pub(crate) fn parse_error_response(head: &[u8]) -> Option<Vec<u8>> {
+    use axum::http::StatusCode;
+    let (status, message, code) = if head.starts_with(b"HTTP/1.1 431 ") {
+        (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "the request head is too large (at most 100 headers, and a request line and headers \
+             of at most about 400 KB)",
+            "headers_too_large",
+        )
+    } else if head.starts_with(b"HTTP/1.1 414 ") {
+        (
+            StatusCode::URI_TOO_LONG,
+            "the request URI is too long (at most 65534 bytes)",
+            "uri_too_long",
+        )
+    } else if head.starts_with(b"HTTP/1.1 400 ") {
+        (
+            StatusCode::BAD_REQUEST,
+            "malformed HTTP request (request line or headers)",
+            "malformed_request",
+        )
+    } else {
+        return None;
+    };
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let bodiless = head
+        .to_ascii_lowercase()
+        .windows(21)
+        .any(|w| w == b"\r\ncontent-length: 0\r\n");
+    if end + 4 != head.len() || !bodiless {
+        return None;
+    }
+    let mut e = crate::error::ApiError::invalid(None, message)
+        .with_status(status)
+        .with_code(code);
+    e.param = None;
+    let body = e.body().to_string();
+    Some(
+        format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+impl Activity {
+    /// Write what is left of a replaced response.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while let Some((bytes, at)) = &mut self.pending {
+            let n = match Pin::new(&mut self.inner).poll_write(cx, &bytes[*at..]) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            *at += n;
+            if *at == bytes.len() {
+                self.pending = None;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// If `buf` is hyper's bodiless parse-error answer, take it (all of it) and send ours.
+    fn replace(&mut self, buf: &[u8], cx: &mut Context<'_>) -> Option<std::io::Result<usize>> {
+        let ours = parse_error_response(buf)?;
+        self.pending = Some((ours, 0));
+        match self.poll_pending(cx) {
+            Poll::Ready(Err(e)) => Some(Err(e)),
+            // The rest goes out on the flush hyper does next.
+            _ => Some(Ok(buf.len())),
+        }
+    }
 }
 
 impl AsyncRead for Activity {
@@ -232,27 +321,58 @@ impl AsyncRead for Activity {
 
 impl AsyncWrite for Activity {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
+            return Poll::Ready(Err(e));
+        }
+        if this.pending.is_some() {
+            return Poll::Pending;
+        }
+        if let Some(r) = this.replace(buf, cx) {
+            return Poll::Ready(r);
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match this.poll_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            other => other,
+        }
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match this.poll_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
+            other => other,
+        }
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
+            return Poll::Ready(Err(e));
+        }
+        if this.pending.is_some() {
+            return Poll::Pending;
+        }
+        // hyper queues a bodiless answer's head as one slice.
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            if let Some(r) = this.replace(first, cx) {
+                return Poll::Ready(r);
+            }
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -337,6 +457,7 @@ async fn serve_one(
         inner: stream,
         tracker: Arc::clone(tracker),
         conn: Arc::clone(&conn),
+        pending: None,
     });
     let (t2, c2) = (Arc::clone(tracker), Arc::clone(&conn));
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
@@ -399,4 +520,38 @@ fn idle_wait(tracker: &Tracker, conn: &Conn, timeout: Duration) -> Duration {
     timeout
         .saturating_sub(idle_for(tracker, conn))
         .max(Duration::from_millis(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_error_response;
+
+    #[test]
+    fn hypers_bodiless_414_and_431_get_the_json_error_body() {
+        for (status, code) in [(414, "uri_too_long"), (431, "headers_too_large")] {
+            let hyper = format!(
+                "HTTP/1.1 {status} X\r\nconnection: close\r\ncontent-length: 0\r\ndate: now\r\n\r\n"
+            );
+            let out = String::from_utf8(parse_error_response(hyper.as_bytes()).unwrap()).unwrap();
+            assert!(out.starts_with(&format!("HTTP/1.1 {status} ")), "{out}");
+            let (_, body) = out.split_once("\r\n\r\n").unwrap();
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(v["error"]["code"], code, "{v}");
+            assert!(v["error"]["message"].is_string(), "{v}");
+            assert!(out.contains(&format!("Content-Length: {}\r\n", body.len())));
+        }
+    }
+
+    #[test]
+    fn the_apps_own_responses_are_left_alone() {
+        // A body follows, or the length is not 0, or it is not one of hyper's statuses.
+        for resp in [
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+            "HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            "HTTP/1.1 431 X\r\ncontent-length: 0\r\n",
+        ] {
+            assert!(parse_error_response(resp.as_bytes()).is_none(), "{resp}");
+        }
+    }
 }

@@ -154,6 +154,9 @@ pub struct EngineStats {
     pub decode_us: AtomicU64,
     /// Time sampling and sending tokens (chains, logprobs, text), in microseconds.
     pub sample_us: AtomicU64,
+    /// `/metrics`' totals, recorded here when a sequence ends however it ends (finished, failed,
+    /// cut at shutdown or left by its client), so they count what `/health` counts.
+    pub metrics: crate::metrics::Metrics,
 }
 
 struct Live {
@@ -270,6 +273,20 @@ impl Engine {
     fn end(&mut self, i: usize, outcome: Option<Result<Finish, ApiError>>) {
         let l = self.live.remove(i);
         let _ = self.src.free(l.seq);
+        match &outcome {
+            Some(Ok(f)) => self.stats.metrics.record(f),
+            // Cut short: what it used of the prompt and generated until now.
+            _ => {
+                let now = Instant::now();
+                let first = l.first_row.unwrap_or(now);
+                self.stats.metrics.record_parts(
+                    l.fed.min(l.job.prompt.len()),
+                    l.generated,
+                    (first - l.admitted).as_secs_f64() * 1e3,
+                    (now - first).as_secs_f64() * 1e3,
+                );
+            }
+        }
         match outcome {
             Some(Ok(f)) => drop(l.job.events.send(Event::Done(f))),
             Some(Err(e)) => drop(l.job.events.send(Event::Failed(e))),

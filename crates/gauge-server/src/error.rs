@@ -73,6 +73,14 @@ impl ApiError {
         }
     }
 
+    /// 401 with a reason other than a missing or wrong key (a repeated credential header).
+    pub fn unauthorized_because(message: impl Into<String>) -> Self {
+        ApiError {
+            message: message.into(),
+            ..ApiError::unauthorized()
+        }
+    }
+
     /// 404 for an unknown route.
     pub fn not_found(path: &str) -> Self {
         ApiError {

@@ -8,6 +8,10 @@
 //!   final distribution when every logit is shifted by each `c`, once with the repeat penalty in
 //!   `ctrl` mode and once in `normalized` mode (the playground's slider).
 //!
+//! Any other key in `explain` is a 400 naming it (`explain.topp`); unknown top-level fields are
+//! treated as on the generation routes: listed under `"gauge": {"unknown_fields"}` in the response
+//! (the head event when streaming), refused under `--strict`.
+//!
 //! Each step is `gauge_sampling::explain`'s record (every stage's candidates with logit and p before
 //! and after, what it removed, whether it is shift-invariant, the selection) plus `shifts`. With
 //! `stream: true` the steps arrive as server-sent events as they are generated, then a last event
@@ -136,6 +140,15 @@ fn parse_spec(body: &Value) -> Result<(usize, Vec<f32>), ApiError> {
             "an object {\"top\", \"shifts\"} or true",
         ));
     };
+    // The route's own object: a misspelt key (`topp`) would be dropped in silence, so every key
+    // must be one of these.
+    if let Some(k) = o.keys().find(|k| !["top", "shifts"].contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            Some(&format!("explain.{k}")),
+            format!("unknown field `explain.{k}` (allowed: `top` 1..={MAX_TOP}, `shifts`)"),
+        )
+        .with_code("unknown_field"));
+    }
     let top = match o.get("top").filter(|v| !v.is_null()) {
         None => 10,
         Some(v) => match v.as_u64() {
@@ -249,12 +262,21 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
     .await
     .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
 
-    let head = json!({
+    let mut head = json!({
         "chain": prep.chain.describe(),
         "shift_invariant": gauge_sampling::gauge::is_shift_invariant(&prep.chain),
         "params": prep.params.to_value(),
         "prompt_tokens": prep.prompt.len(),
     });
+    if !prep.unknown_fields.is_empty() {
+        // As on the generation routes: accepted, but logged and listed (refused under --strict,
+        // by `prepare`).
+        eprintln!(
+            "gauge serve: /explain: unknown request fields ignored: {}",
+            prep.unknown_fields.join(", ")
+        );
+        head["gauge"] = json!({ "unknown_fields": prep.unknown_fields });
+    }
     let (tx, rx) = unbounded_channel();
     let job = Job {
         prompt: prep.prompt,

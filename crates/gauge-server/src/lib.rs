@@ -176,7 +176,6 @@ impl Server {
         let state = Arc::new(AppState {
             model_id: cfg.model_id(),
             cfg,
-            metrics: Default::default(),
             conns: Arc::new(conn::Tracker::new()),
             limits,
             model,

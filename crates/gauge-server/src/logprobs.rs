@@ -9,6 +9,29 @@
 //! allocation beyond the output.
 
 use gauge_sampling::TokenId;
+use serde_json::{Map, Value};
+
+use crate::config::MAX_N_PROBS;
+use crate::error::ApiError;
+
+/// The server's limit on alternatives per token, checked under the name the client sent
+/// (`n_probs`, `logprobs` or `top_logprobs`) before the sampling library parses them (which
+/// type-checks each name, refuses `top_logprobs` without `logprobs: true` and counts that
+/// disagree).
+pub(crate) fn check_counts(o: &Map<String, Value>) -> Result<(), ApiError> {
+    for name in ["n_probs", "logprobs", "top_logprobs"] {
+        let Some(v) = o.get(name).filter(|v| v.is_number()) else {
+            continue;
+        };
+        if !v
+            .as_f64()
+            .is_some_and(|x| (0.0..=MAX_N_PROBS as f64).contains(&x))
+        {
+            return Err(ApiError::field(name, v, &format!("0..={MAX_N_PROBS}")));
+        }
+    }
+    Ok(())
+}
 
 /// Reused scratch for [`top_logprobs`].
 #[derive(Clone, Debug, Default)]
@@ -59,6 +82,28 @@ pub fn top_logprobs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_beyond_the_server_limit_are_refused_under_the_name_sent() {
+        for (body, field) in [
+            (serde_json::json!({"top_logprobs": 1e12}), "top_logprobs"),
+            (serde_json::json!({"top_logprobs": -5}), "top_logprobs"),
+            (serde_json::json!({"logprobs": -1}), "logprobs"),
+            (serde_json::json!({"logprobs": 101}), "logprobs"),
+            (serde_json::json!({"n_probs": 500}), "n_probs"),
+        ] {
+            let e = check_counts(body.as_object().unwrap()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(field), "{body}");
+            assert!(e.message.contains("0..=100"), "{body}: {}", e.message);
+        }
+        for ok in [
+            serde_json::json!({"logprobs": true, "top_logprobs": 100}),
+            serde_json::json!({"n_probs": 0, "logprobs": false}),
+            serde_json::json!({"top_logprobs": "5"}),
+        ] {
+            assert!(check_counts(ok.as_object().unwrap()).is_ok(), "{ok}");
+        }
+    }
 
     #[test]
     fn log_probs_are_the_softmax_of_the_raw_row() {

@@ -2,7 +2,8 @@
 //! counters (`gauge:*`), in the Prometheus text exposition format (version 0.0.4).
 //!
 //! Unlike llama-server, the route is always on (it needs the API key when one is set): the
-//! numbers are the ones `/health` already shows, so there is nothing extra to hide.
+//! numbers are the ones `/health` already shows, so there is nothing extra to hide; both count
+//! every sequence however it ended (see [`Metrics`]).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +16,12 @@ use axum::response::{IntoResponse, Response};
 use crate::api::AppState;
 use crate::engine::Finish;
 
-/// Totals over finished requests (what llama-server counts per finished task).
+/// Totals over every sequence the engine ran, however it ended (finished, failed, cut at
+/// shutdown, or left by its client mid-stream): the engine records them when it frees the
+/// sequence, so `llamacpp:tokens_predicted_total` is `/health`'s `tokens_generated`. llama-server
+/// counts only requests that finish; a cancelled stream's tokens were generated all the same.
 #[derive(Debug, Default)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     prompt_tokens: AtomicU64,
     prompt_us: AtomicU64,
     predicted_tokens: AtomicU64,
@@ -28,19 +32,33 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// Count one request that finished normally.
-    pub fn record(&self, f: &Finish) {
+    pub(crate) fn record(&self, f: &Finish) {
+        self.record_parts(
+            f.prompt_tokens,
+            f.completion_tokens,
+            f.prompt_ms,
+            f.decode_ms,
+        );
+    }
+
+    /// Count one sequence: prompt tokens processed, tokens generated, and the time of each.
+    pub(crate) fn record_parts(
+        &self,
+        prompt: usize,
+        generated: usize,
+        prompt_ms: f64,
+        decode_ms: f64,
+    ) {
         let us = |ms: f64| (ms * 1e3).max(0.0) as u64;
         self.prompt_tokens
-            .fetch_add(f.prompt_tokens as u64, Ordering::Relaxed);
-        self.prompt_us.fetch_add(us(f.prompt_ms), Ordering::Relaxed);
+            .fetch_add(prompt as u64, Ordering::Relaxed);
+        self.prompt_us.fetch_add(us(prompt_ms), Ordering::Relaxed);
         self.predicted_tokens
-            .fetch_add(f.completion_tokens as u64, Ordering::Relaxed);
+            .fetch_add(generated as u64, Ordering::Relaxed);
         self.predicted_us
-            .fetch_add(us(f.decode_ms), Ordering::Relaxed);
-        self.n_tokens_max.fetch_max(
-            (f.prompt_tokens + f.completion_tokens) as u64,
-            Ordering::Relaxed,
-        );
+            .fetch_add(us(decode_ms), Ordering::Relaxed);
+        self.n_tokens_max
+            .fetch_max((prompt + generated) as u64, Ordering::Relaxed);
     }
 }
 
@@ -52,7 +70,7 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
 }
 
 pub(crate) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let m = &st.metrics;
+    let m = &st.stats.metrics;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
     let (pt, ps) = (load(&m.prompt_tokens), load(&m.prompt_us) / 1e6);
     let (gt, gs) = (load(&m.predicted_tokens), load(&m.predicted_us) / 1e6);

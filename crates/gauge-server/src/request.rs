@@ -30,7 +30,7 @@ use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{rng, Chain, TokenId};
 use serde_json::{Map, Value};
 
-use crate::config::{ServerConfig, MAX_N_PROBS, MAX_STOP, MAX_STOP_BYTES};
+use crate::config::{ServerConfig, MAX_STOP, MAX_STOP_BYTES};
 use crate::error::ApiError;
 
 /// Which request format.
@@ -177,6 +177,26 @@ fn refuse_unsupported(ep: Endpoint, o: &Map<String, Value>) -> Result<(), ApiErr
         ));
     }
     Ok(())
+}
+
+/// A body with both `prompt` and `messages` is refused: whichever one the route reads, the other
+/// would be dropped in silence. The error's `param` is the one this route does not read.
+fn refuse_prompt_and_messages(ep: Endpoint, o: &Map<String, Value>) -> Result<(), ApiError> {
+    if get(o, "prompt").is_none() || get(o, "messages").is_none() {
+        return Ok(());
+    }
+    let (extra, used) = match ep {
+        Endpoint::Chat => ("prompt", "messages"),
+        _ => ("messages", "prompt"),
+    };
+    Err(ApiError::invalid(
+        Some(extra),
+        format!(
+            "`prompt` and `messages` are both set, and this route would read only `{used}`: \
+             send `messages` (chat template) or `prompt` (plain text or token ids), not both"
+        ),
+    )
+    .with_code("conflicting_fields"))
 }
 
 /// `stop`: a string or an array of non-empty strings (llama-server: an array).
@@ -402,6 +422,7 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ApiError> {
     let o = obj(body)?;
     refuse_unsupported(ep, o)?;
+    refuse_prompt_and_messages(ep, o)?;
     let mut constraint = ConstraintRequest::from_request(o)?;
     let tool_plan = if ep == Endpoint::Chat {
         crate::tools::plan(o)?
@@ -431,6 +452,7 @@ pub(crate) fn prepare(
         )
         .with_code("unknown_field"));
     }
+    crate::logprobs::check_counts(o)?;
     let mut params = SamplingParams::from_value(body)?;
     params
         .validate(model.n_vocab())
@@ -456,13 +478,6 @@ pub(crate) fn prepare(
         n
     };
     let n_probs = params.n_probs as usize;
-    if n_probs > MAX_N_PROBS {
-        let f = match get(o, "logprobs") {
-            Some(Value::Bool(true)) if get(o, "n_probs").is_none() => "top_logprobs",
-            _ => used_name(o, &["n_probs", "logprobs"]),
-        };
-        return Err(ApiError::field(f, n_probs, &format!("0..={MAX_N_PROBS}")));
-    }
     let logprobs = n_probs > 0
         || matches!(
             get(o, "logprobs"),
