@@ -2,12 +2,13 @@
 //! and whether each stage is shift-invariant.
 
 use crate::constraint_args::{self, ConstraintArgs};
-use crate::sampling_args::SamplingArgs;
+use crate::sampling_args::{self, ModelParams, SamplingArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use gauge_engine::{Model, ModelOptions};
 use gauge_sampling::params::{SamplingParams, DEFAULT_DRY_BREAKERS};
 use gauge_sampling::{Chain, SamplingError};
+use serde_json::{Map, Value};
 
 #[derive(Args, Debug)]
 pub struct ChainArgs {
@@ -31,22 +32,39 @@ pub struct ChainArgs {
 /// The chain for `params`; without a vocabulary, llama.cpp's default DRY breakers (strings) cannot
 /// be resolved to tokens, so the chain is built without them and a note says so: the stage list,
 /// the params block and the shift report do not depend on the breakers.
-fn build(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String>)> {
+/// With `--model`, the params are the flags over the model's GGUF sampling defaults.
+struct Built {
+    chain: Chain,
+    params: SamplingParams,
+    notes: Vec<String>,
+    /// `--model` only: what became of each of the model's defaults, and its lines to print.
+    defaults: Option<ModelParams>,
+}
+
+fn build(args: &ChainArgs, layer: &Map<String, Value>) -> Result<Built> {
     let constraint = args.constraint.request()?;
     if let Some(name) = &args.model {
         let model = Model::open(name, ModelOptions::default())
             .with_context(|| format!("loading model {name}"))?;
+        let with_model = sampling_args::params_for_model(layer, &model, name)?;
+        let params = with_model.params.clone();
         params.validate(model.n_vocab())?;
-        let chain = Chain::from_params(params, model.n_vocab(), Some(&model))?;
+        let chain = Chain::from_params(&params, model.n_vocab(), Some(&model))?;
         let chain = constraint_args::apply(
             chain,
             constraint.as_ref(),
             || constraint_args::model_vocab(&model),
-            params,
+            &params,
         )?;
-        return Ok((chain, Vec::new()));
+        return Ok(Built {
+            chain,
+            params,
+            notes: Vec::new(),
+            defaults: Some(with_model),
+        });
     }
-    let (chain, mut notes) = build_without_model(args, params)?;
+    let params = sampling_args::params_of(layer)?;
+    let (chain, mut notes) = build_without_model(args, &params)?;
     if constraint.is_some() {
         notes.push(
             "grammar: compiled against a byte-level stand-in vocabulary (pass --model to \
@@ -58,9 +76,14 @@ fn build(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String
         chain,
         constraint.as_ref(),
         || constraint_args::byte_vocab(args.n_vocab),
-        params,
+        &params,
     )?;
-    Ok((chain, notes))
+    Ok(Built {
+        chain,
+        params,
+        notes,
+        defaults: None,
+    })
 }
 
 fn build_without_model(args: &ChainArgs, params: &SamplingParams) -> Result<(Chain, Vec<String>)> {
@@ -89,8 +112,13 @@ fn build_without_model(args: &ChainArgs, params: &SamplingParams) -> Result<(Cha
 }
 
 pub fn run(args: &ChainArgs) -> Result<()> {
-    let params = args.sampling.to_params()?;
-    let (chain, notes) = build(args, &params)?;
+    let layer = args.sampling.layer()?;
+    let Built {
+        chain,
+        params,
+        notes,
+        defaults,
+    } = build(args, &layer)?;
     let report = chain.shift_report();
     if args.json {
         let stages: Vec<_> = report
@@ -104,12 +132,19 @@ pub fn run(args: &ChainArgs) -> Result<()> {
             "stages": stages,
             "notes": notes,
         });
+        let mut out = out;
+        if let Some(d) = &defaults {
+            out["model_defaults"] = d.json();
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!("sampler seed: {}", params.resolved_seed());
     println!("sampler params: \n{}", params.print_params());
     println!("sampler chain: {}", chain.describe());
+    for line in defaults.iter().flat_map(|d| &d.lines) {
+        println!("{line}");
+    }
     for note in &notes {
         println!("note: {note}");
     }

@@ -6,7 +6,7 @@
 //! selection. `--gauge C` adds the same step on logits shifted by `C` (where `ctrl` moves and
 //! `normalized` stands still). The numbers come from `gauge_sampling::explain`.
 
-use crate::sampling_args::SamplingArgs;
+use crate::sampling_args::{self, ModelParams, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use gauge_engine::generate::{GenerateRequest, Generator};
@@ -17,6 +17,7 @@ use gauge_sampling::explain::{
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{Chain, TokenId, Vocab};
 use serde::Serialize;
+use serde_json::Value;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -79,6 +80,12 @@ struct Out {
     steps: Vec<StepOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<String>,
+    /// `--model`: what became of each of the model's GGUF sampling defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_defaults: Option<Value>,
+    /// The same as lines for the text report.
+    #[serde(skip)]
+    default_lines: Vec<String>,
 }
 
 /// A vocabulary of whole words, so `--vocab` names work where a request takes strings
@@ -181,6 +188,11 @@ fn params_of(args: &ExplainArgs) -> Result<SamplingParams> {
     args.sampling.to_params()
 }
 
+/// The flags over the model's GGUF sampling defaults (`--model` runs).
+fn params_for_model(args: &ExplainArgs, model: &Model, name: &str) -> Result<ModelParams> {
+    sampling_args::params_for_model(&args.sampling.layer()?, model, name)
+}
+
 fn run_row(args: &ExplainArgs, row_text: &str) -> Result<Out> {
     let row = parse_row(row_text)?;
     // Without --vocab the names are the ids: string fields (DRY's default breakers) then resolve
@@ -216,6 +228,8 @@ fn run_row(args: &ExplainArgs, row_text: &str) -> Result<Out> {
         shift_invariant: invariant,
         steps: vec![step],
         text: None,
+        model_defaults: None,
+        default_lines: Vec::new(),
     })
 }
 
@@ -228,9 +242,10 @@ fn run_model(args: &ExplainArgs, name: &str) -> Result<Out> {
         ..Default::default()
     };
     let model = Arc::new(Model::open(name, opts).with_context(|| format!("loading model {name}"))?);
-    let params = params_of(args)?;
+    let with_model = params_for_model(args, &model, name)?;
+    let params = &with_model.params;
     params.validate(model.n_vocab())?;
-    let mut chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
+    let mut chain = Chain::from_params(params, model.n_vocab(), Some(&*model))?;
     let describe = chain.describe();
     let invariant = gauge_sampling::gauge::is_shift_invariant(&chain);
     let req = GenerateRequest {
@@ -264,6 +279,8 @@ fn run_model(args: &ExplainArgs, name: &str) -> Result<Out> {
         shift_invariant: invariant,
         steps,
         text: Some(result.text),
+        model_defaults: Some(with_model.json()),
+        default_lines: with_model.lines,
     })
 }
 
@@ -274,6 +291,9 @@ fn fmt_logit(x: Option<f32>) -> String {
 /// The text report; written with `?` so a closed pipe (`| head`) ends it quietly, never a panic.
 fn print_text(w: &mut impl Write, out: &Out, all_stages: bool) -> std::io::Result<()> {
     writeln!(w, "sampler chain: {}", out.chain)?;
+    for line in &out.default_lines {
+        writeln!(w, "{line}")?;
+    }
     for (k, s) in out.steps.iter().enumerate() {
         writeln!(w, "\nstep {}", k + 1)?;
         for (j, st) in s.step.stages.iter().enumerate() {

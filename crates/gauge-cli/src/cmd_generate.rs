@@ -1,7 +1,7 @@
 //! `gauge generate`: stream a continuation from a real model, sampled by gauge's chain.
 
 use crate::constraint_args::{self, ConstraintArgs};
-use crate::sampling_args::SamplingArgs;
+use crate::sampling_args::{self, SamplingArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use gauge_engine::generate::{GenerateRequest, Generator};
@@ -51,10 +51,9 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs) -> Result<()> {
-    let mut params = args.sampling.to_params()?;
-    if args.ignore_eos {
-        params.ignore_eos = true;
-    }
+    // The user's settings, checked before the model loads; the model's own defaults fill in
+    // what they leave unset.
+    let layer = args.sampling.layer()?;
     let opts = ModelOptions {
         n_ctx: args.ctx_size,
         n_threads: args.threads,
@@ -64,6 +63,11 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     let model = Arc::new(
         Model::open(&args.model, opts).with_context(|| format!("loading model {}", args.model))?,
     );
+    let with_model = sampling_args::params_for_model(&layer, &model, &args.model)?;
+    let mut params = with_model.params;
+    if args.ignore_eos {
+        params.ignore_eos = true;
+    }
     params.validate(model.n_vocab())?;
     let chain = Chain::from_params(&params, model.n_vocab(), Some(&*model))?;
     let constraint = args.constraint.request()?;
@@ -76,6 +80,9 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     eprintln!("sampler seed: {}", params.resolved_seed());
     eprintln!("sampler params: \n{}", params.print_params());
     eprintln!("sampler chain: {}", chain.describe());
+    for line in &with_model.lines {
+        eprintln!("{line}");
+    }
     let req = GenerateRequest {
         prompt: args.prompt.clone(),
         chat: args.chat,

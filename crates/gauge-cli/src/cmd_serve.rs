@@ -1,5 +1,6 @@
 //! `gauge serve`: the OpenAI- and llama-server-compatible HTTP server (crate `gauge-server`).
 
+use crate::sampling_args::SamplingArgs;
 use anyhow::{bail, Result};
 use clap::Args;
 use gauge_server::ServerConfig;
@@ -25,7 +26,9 @@ const EXAMPLES: &str = r#"Examples:
   EOF
 
 Every sampling field of a llama-server request works per request (OpenAI names, llama-server
-names and aliases, samplers, logit_bias, preset, repeat_penalty_mode); see docs/server.md."#;
+names and aliases, samplers, logit_bias, preset, repeat_penalty_mode); see docs/server.md.
+A request's fields override the sampling flags given here, which override the model's own
+defaults (its GGUF's general.sampling.*, as llama-server applies them; shown by GET /props)."#;
 
 #[derive(Args, Debug)]
 #[command(after_help = EXAMPLES)]
@@ -104,10 +107,12 @@ pub struct ServeArgs {
     /// built-in template names (chatml, llama3, gemma, ...).
     #[arg(long, value_name = "NAME|JINJA")]
     pub chat_template: Option<String>,
-    /// Refuse request fields gauge does not know (by default they are accepted and listed in the
-    /// response under `gauge.unknown_fields`).
-    #[arg(long)]
-    pub strict: bool,
+    /// The sampling settings every request starts from (llama-server's `--temp`, `--top-k`, ...;
+    /// a request's own fields override them; they override the model's GGUF defaults,
+    /// `general.sampling.*`, which apply to every field neither sets). `--strict` also refuses
+    /// request fields gauge does not know.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// `--api-key`, else `GAUGE_API_KEY`; a set but empty variable is an error, not "no key": it is
@@ -166,7 +171,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         jinja: args.jinja,
         chat_template: args.chat_template.clone(),
         n_gpu_layers: args.n_gpu_layers,
-        strict: args.strict,
+        strict: args.sampling.strict,
+        sampling: args.sampling.layer()?,
     };
     let model_id = cfg.model_id();
     gauge_server::serve_blocking(cfg, |addr, max_conn| {

@@ -7,6 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use gauge_engine::{DefaultUse, Model};
 use gauge_sampling::fields;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::presets::Preset;
@@ -21,8 +22,9 @@ pub struct SamplingArgs {
     /// Start from a task preset: json, code, chat, creative, llama-cpp-default.
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
-    /// Refuse fields of the --params file that gauge does not know (by default they are listed on
-    /// stderr and ignored).
+    /// Refuse fields gauge does not know: in the --params file (by default they are listed on
+    /// stderr and ignored) and, under `gauge serve`, in requests (by default accepted and listed
+    /// in the response under `gauge.unknown_fields`).
     #[arg(long)]
     pub strict: bool,
     /// Temperature (0 = argmax; 1 = off).
@@ -290,6 +292,13 @@ impl SamplingArgs {
 
     /// Deserialize and validate into `SamplingParams`.
     pub fn to_params(&self) -> Result<SamplingParams> {
+        params_of(&self.layer()?)
+    }
+
+    /// The request object the user gave (preset, params file, flags), its unknown fields listed
+    /// (or refused with `--strict`) and its fields type-checked: read once (`--params -` reads
+    /// stdin), then [`params_of`] or [`params_for_model`].
+    pub fn layer(&self) -> Result<Map<String, Value>> {
         let obj = self.to_json()?;
         let unknown = fields::unknown_fields(&obj, &[]);
         if !unknown.is_empty() {
@@ -301,10 +310,61 @@ impl SamplingArgs {
                 "gauge: --params: ignoring unknown field(s) `{list}` (--strict refuses them)"
             );
         }
-        let params: SamplingParams = serde_json::from_value(Value::Object(obj))
-            .map_err(|e| anyhow::anyhow!("sampling parameters: {e}"))?;
-        Ok(params)
+        params_of(&obj)?;
+        Ok(obj)
     }
+}
+
+/// The params a request object describes.
+pub fn params_of(obj: &Map<String, Value>) -> Result<SamplingParams> {
+    SamplingParams::from_value(&Value::Object(obj.clone()))
+        .map_err(|e| anyhow::anyhow!("sampling parameters: {e}"))
+}
+
+/// The params for a run on `model`, with the model's own sampling defaults.
+pub struct ModelParams {
+    pub params: SamplingParams,
+    /// What became of each of the model's GGUF defaults.
+    pub uses: Vec<DefaultUse>,
+    /// `uses` as text for a chain print, with the repeat-penalty note and the warnings.
+    pub lines: Vec<String>,
+    /// The repeat-penalty note, when the model sets `penalty_repeat`.
+    pub notes: Vec<String>,
+    /// Keys of the model that could not be used.
+    pub warnings: Vec<String>,
+}
+
+impl ModelParams {
+    /// `{"defaults": [...], "notes": [...], "warnings": [...]}` for JSON output.
+    pub fn json(&self) -> Value {
+        serde_json::json!({
+            "defaults": self.uses,
+            "notes": self.notes,
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// The user's `layer` over `model`'s GGUF sampling defaults (`general.sampling.*`): each
+/// default applies where the preset, the params file and the flags leave its field unset, as
+/// llama.cpp applies them where no flag was given. `name` is how the user named the model (for
+/// the `gauge calibrate` pointer).
+pub fn params_for_model(
+    layer: &Map<String, Value>,
+    model: &Model,
+    name: &str,
+) -> Result<ModelParams> {
+    let defaults = model.sampling_defaults();
+    let (obj, uses) = defaults.apply(layer, "the command line");
+    let params = params_of(&obj)?;
+    let lines = defaults.describe(&uses, name);
+    Ok(ModelParams {
+        params,
+        uses,
+        lines,
+        notes: defaults.penalty_note(name).into_iter().collect(),
+        warnings: defaults.warnings.clone(),
+    })
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ pub mod model;
 #[cfg(feature = "llama")]
 pub mod reference;
 pub mod registry;
+pub mod sampling_defaults;
 pub mod source;
 
 pub use error::{EngineError, Result};
@@ -98,4 +99,5 @@ pub use reference::{ReferenceChain, ValidRow};
 pub use registry::{
     resolve_data, resolve_model, Registry, RegistryEntry, RegistryError, DEFAULT_MODEL,
 };
+pub use sampling_defaults::{DefaultUse, ModelDefault, ModelSamplingDefaults};
 pub use source::{LogitSource, SeqId, SourceError};

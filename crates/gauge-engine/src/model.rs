@@ -27,6 +27,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::error::{EngineError, Result};
 use crate::registry::{self, Registry};
+use crate::sampling_defaults::ModelSamplingDefaults;
 
 /// Options for loading a model and for the contexts made from it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -198,6 +199,8 @@ pub struct Model {
     suppress: Vec<TokenId>,
     add_bos: bool,
     chat_template: Option<LlamaChatTemplate>,
+    /// The GGUF's `general.sampling.*` defaults, read as llama.cpp reads them.
+    sampling_defaults: ModelSamplingDefaults,
     /// llama-cpp-2 notes that creating two contexts of one model concurrently is unsound.
     ctx_lock: Mutex<()>,
 }
@@ -260,6 +263,9 @@ impl Model {
         }
         let n_vocab = n as usize;
         let chat_template = inner.chat_template(None).ok();
+        // llama.cpp's own text of each key (`llama_model_meta_val_str`); a key it lacks, or an
+        // array (llama.cpp keeps no text for those), is absent.
+        let sampling_defaults = ModelSamplingDefaults::from_meta(|k| inner.meta_val_str(k).ok());
         Ok(Model {
             inner,
             path: path.to_path_buf(),
@@ -269,6 +275,7 @@ impl Model {
             suppress,
             add_bos,
             chat_template,
+            sampling_defaults,
             ctx_lock: Mutex::new(()),
         })
     }
@@ -281,6 +288,12 @@ impl Model {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The sampling defaults the model's GGUF gives (`general.sampling.*`), which llama.cpp
+    /// applies to every field the user did not set (see [`ModelSamplingDefaults::apply`]).
+    pub fn sampling_defaults(&self) -> &ModelSamplingDefaults {
+        &self.sampling_defaults
     }
 
     pub fn options(&self) -> &ModelOptions {

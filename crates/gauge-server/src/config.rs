@@ -3,6 +3,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use gauge_engine::{DefaultUse, Model};
+use gauge_sampling::fields;
+use gauge_sampling::params::SamplingParams;
+use serde_json::{Map, Value};
+
 use crate::error::ApiError;
 
 /// Everything `gauge serve` can be told. Every limit is enforced with a 4xx in OpenAI's error
@@ -58,6 +63,10 @@ pub struct ServerConfig {
     pub n_gpu_layers: u32,
     /// Refuse request fields gauge does not know (by default they are accepted and reported).
     pub strict: bool,
+    /// Sampling fields every request starts from (`gauge serve`'s sampling flags, as
+    /// llama-server's `--temp`, `--top-k`, ... set its default generation settings): a request's
+    /// own fields override them, and they override the model's GGUF defaults.
+    pub sampling: Map<String, Value>,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +94,7 @@ impl Default for ServerConfig {
             chat_template: None,
             n_gpu_layers: 0,
             strict: false,
+            sampling: Map::new(),
         }
     }
 }
@@ -116,6 +126,41 @@ impl ServerConfig {
             }
         }
         self.model.clone()
+    }
+
+    /// A request's sampling fields over the server's (`sampling`) over the model's GGUF defaults
+    /// (`general.sampling.*`), each applied only where no layer above set that field, as
+    /// llama-server applies them; and what became of each model default.
+    pub fn sampling_request(
+        &self,
+        model: &Model,
+        request: &Map<String, Value>,
+    ) -> (Map<String, Value>, Vec<DefaultUse>) {
+        let user = fields::overlay(&self.sampling, request);
+        let set_by = if request.is_empty() {
+            "a gauge serve flag"
+        } else {
+            "the request or a gauge serve flag"
+        };
+        model.sampling_defaults().apply(&user, set_by)
+    }
+
+    /// The settings a request without sampling fields runs with (`/props`), checked against
+    /// the model: the model's defaults were checked when it loaded, the server's flags were not.
+    pub fn default_params(
+        &self,
+        model: &Model,
+    ) -> Result<(SamplingParams, Vec<DefaultUse>), String> {
+        let (obj, uses) = self.sampling_request(model, &Map::new());
+        let params = SamplingParams::from_value(&Value::Object(obj))
+            .and_then(|p| p.validate(model.n_vocab()).map(|()| p))
+            .map_err(|e| {
+                format!(
+                    "the default sampling settings (gauge serve's sampling flags over the \
+                     model's GGUF defaults): {e}"
+                )
+            })?;
+        Ok((params, uses))
     }
 
     /// Most requests in flight (decoding plus waiting).
@@ -170,6 +215,26 @@ impl ServerConfig {
                     "cors",
                     format!("{o:?}"),
                     "\"*\" or origins like https://example.com or http://localhost:3000 (scheme, host, optional port; no path)",
+                );
+            }
+        }
+        for name in [
+            "n_predict",
+            "max_tokens",
+            "max_completion_tokens",
+            "max_new_tokens",
+        ] {
+            // -1 (what a preset carries) is a request's "no limit of its own": neutral.
+            if self
+                .sampling
+                .get(name)
+                .is_some_and(|v| !v.is_null() && v.as_i64() != Some(-1))
+            {
+                return bad(
+                    name,
+                    self.sampling[name].to_string(),
+                    "not among the default sampling fields: the server's default and limit is \
+                     --n-predict / max_tokens",
                 );
             }
         }

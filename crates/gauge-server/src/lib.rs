@@ -26,6 +26,13 @@
 //! `logprobs`/`top_logprobs`/`n_probs`, and `echo_chain: true`, which adds
 //! `"gauge": {"chain", "seed", "params"}` to the response so a client sees what ran.
 //!
+//! A request starts from the model's own sampling defaults (its GGUF's `general.sampling.*`,
+//! read as llama.cpp reads them: module `gauge_engine::sampling_defaults`), under `gauge serve`'s
+//! sampling flags ([`ServerConfig::sampling`]), under the request's fields: each default applies
+//! only where no layer above set that field, as in llama-server. `/props` shows the result in
+//! `default_generation_settings.params` and each model default's source under
+//! `gauge.model_sampling_defaults`.
+//!
 //! ## Design
 //!
 //! - **One engine thread** ([`engine`]) owns the model's llama.cpp context (not `Send`) and decodes
@@ -135,6 +142,12 @@ impl Server {
             .await
             .map_err(|e| ServerError::Config(format!("loading the model: {e}")))??;
         template::check(&cfg, &model).map_err(ServerError::Config)?;
+        // The model's GGUF sampling defaults under the server's flags: checked once here, so a
+        // bad flag is a startup error, not every request's.
+        let (_, uses) = cfg.default_params(&model).map_err(ServerError::Config)?;
+        for line in model.sampling_defaults().describe(&uses, &cfg.model) {
+            eprintln!("gauge serve: {line}");
+        }
         let model = Arc::new(model);
 
         // The context is created on the engine thread, which owns it for its whole life.

@@ -146,7 +146,14 @@ async fn apply_template_inner(st: Arc<AppState>, body: Body) -> Result<Value, Ap
 
 /// The server's properties: default generation settings, slots, model, chat template.
 pub(crate) async fn props(State(st): State<Arc<AppState>>) -> Json<Value> {
-    let mut params = SamplingParams::default().to_value();
+    // What a request without sampling fields runs with: the model's GGUF defaults under the
+    // server's flags (checked when the server started, so the fallback is never taken).
+    let (defaults, uses) = st
+        .cfg
+        .default_params(&st.model)
+        .unwrap_or_else(|_| (SamplingParams::default(), Vec::new()));
+    let mut params = defaults.to_value();
+    let model_defaults = st.model.sampling_defaults();
     if let Value::Object(m) = &mut params {
         m.insert("n_predict".into(), json!(st.cfg.max_tokens));
         m.insert("max_tokens".into(), json!(st.cfg.max_tokens));
@@ -175,5 +182,12 @@ pub(crate) async fn props(State(st): State<Arc<AppState>>) -> Json<Value> {
         "build_info": format!("gauge-{}", env!("CARGO_PKG_VERSION")),
         "gpu_backend": gauge_engine::GPU_BACKEND,
         "is_sleeping": false,
+        // gauge's addition: where each of the model's own defaults came from and whether it
+        // applies (a gauge serve flag overrides it), with the repeat-penalty note.
+        "gauge": {
+            "model_sampling_defaults": uses,
+            "notes": model_defaults.penalty_note(&st.cfg.model).into_iter().collect::<Vec<_>>(),
+            "warnings": model_defaults.warnings,
+        },
     }))
 }

@@ -435,8 +435,10 @@ pub(crate) fn prepare(
         }
         constraint = Some(p.constraint.clone());
     }
-    // The sampling fields without the constraint ones (vLLM's `guided_*` are refused there).
-    let sampling_body = Value::Object(ConstraintRequest::strip(o));
+    // The sampling fields without the constraint ones (vLLM's `guided_*` are refused there),
+    // over gauge serve's sampling flags and the model's GGUF defaults (`config`).
+    let (sampling_body, _) = cfg.sampling_request(model, &ConstraintRequest::strip(o));
+    let sampling_body = Value::Object(sampling_body);
     let body = &sampling_body;
     let unknown_fields = fields::unknown_fields(o, SERVER_FIELDS);
     if cfg.strict && !unknown_fields.is_empty() {
