@@ -14,7 +14,9 @@
 //!   [`gauge_sampling::synth::normal_rows`] (splitmix64 seed 42), cycled; [`RowSet::from_model`]:
 //!   rows captured from a real model (greedy continuation of fixed prompts), at its own width.
 //! - **Chains.** [`gauge_sampling::synth::bench_scenarios`] (`greedy` is `logits -> greedy` on both
-//!   sides). Both chains accept the same 64-token history ([`gauge_sampling::synth::bench_history`])
+//!   sides; llama.cpp runs the ctrl penalty on its side of `default+normalized`, having no other),
+//!   and the `one-read` row: one read of the row ([`gauge_sampling::simd::one_read`]), the floor
+//!   a chain that reads the whole row is measured against. Both chains accept the same 64-token history ([`gauge_sampling::synth::bench_history`])
 //!   before anything is timed, so penalties and DRY have work to do.
 //! - **DRY breakers.** llama.cpp takes breakers only as strings expanded against a vocabulary, so
 //!   the reference uses the given model's vocabulary with llama.cpp's default breakers
@@ -47,6 +49,7 @@ use std::time::Instant;
 use gauge_sampling::chain::ChainBuilder;
 use gauge_sampling::params::{SamplingParams, DEFAULT_DRY_BREAKERS};
 use gauge_sampling::samplers::dry::expand_string_breakers;
+use gauge_sampling::samplers::penalties::PenaltyMode;
 use gauge_sampling::synth::{bench_history, bench_scenarios, normal_rows};
 use gauge_sampling::{Chain, TokenId};
 use serde::{Deserialize, Serialize};
@@ -56,6 +59,9 @@ use crate::llama_source::LlamaSource;
 use crate::model::{Model, ModelOptions};
 use crate::reference::{ReferenceChain, ValidRow};
 use crate::source::LogitSource;
+
+/// The chain name of the row that times one read of the row ([`gauge_sampling::simd::one_read`]).
+pub const ONE_READ: &str = "one-read";
 
 /// Label of the synthetic rows.
 pub const SYNTHETIC_LABEL: &str = "normal(0,3)";
@@ -204,6 +210,9 @@ pub struct Row {
     /// median on a busy machine (what the code costs when it has the core to itself).
     pub gauge_min_us: f64,
     pub llama_cpp_min_us: f64,
+    /// The instruction set gauge's kernels ran on ([`gauge_sampling::simd::detected`]).
+    #[serde(default)]
+    pub simd: String,
 }
 
 impl Row {
@@ -221,6 +230,7 @@ impl Row {
             blocks: 0,
             gauge_min_us: gauge_us,
             llama_cpp_min_us: llama_cpp_us,
+            simd: gauge_sampling::simd::detected().name().to_string(),
         }
     }
 }
@@ -234,11 +244,14 @@ struct Scenario {
 fn scenarios(filter: &[String]) -> Result<Vec<Scenario>> {
     let all = bench_scenarios();
     let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
-    if let Some(bad) = filter.iter().find(|f| !names.contains(&f.as_str())) {
+    if let Some(bad) = filter
+        .iter()
+        .find(|f| !names.contains(&f.as_str()) && f.as_str() != ONE_READ)
+    {
         return Err(EngineError::Option {
             field: "chains",
             value: bad.clone(),
-            allowed: "greedy, default, default+penalties+dry, all-enabled, mirostat-v2",
+            allowed: "greedy, default, default+penalties+dry, all-enabled, default+ctrl, default+normalized, mirostat-v2, one-read",
         });
     }
     let mut out = Vec::new();
@@ -310,6 +323,8 @@ impl PairMaker {
                     rp.dry_sequence_breakers = None;
                     rp.dry_sequence_breaker_ids = None;
                 }
+                // llama.cpp has only the ctrl operator: its side of `default+normalized` is ctrl.
+                rp.repeat_penalty_mode = PenaltyMode::Ctrl;
                 let reference =
                     ReferenceChain::for_n_vocab(&rp, n_vocab, self.dry_vocab.as_deref())?;
                 (Chain::from_params(&gp, n_vocab, None)?, reference)
@@ -367,6 +382,9 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
             .iter()
             .map(|r| ValidRow::new(r))
             .collect::<Result<_>>()?;
+        if opts.chains.is_empty() || opts.chains.iter().any(|c| c == ONE_READ) {
+            out.push(one_read_row(set, opts));
+        }
         for sc in &scenarios {
             bar.set_message(format!("{} @ {} ({})", sc.name, n_vocab, set.label));
             // Agreement on fresh chains.
@@ -435,6 +453,41 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
     }
     bar.finish_and_clear();
     Ok(out)
+}
+
+/// The `one-read` row: µs to read one row once ([`gauge_sampling::simd::one_read`], the rows cycled
+/// as the chains cycle them), in blocks as the chains are timed. llama.cpp has no such loop, so
+/// both columns time the same read in alternating blocks (the ratio, ~1, shows the noise).
+fn one_read_row(set: &RowSet, opts: &SamplingBenchOptions) -> Row {
+    let mut i = 0usize;
+    let mut block = || {
+        let t0 = Instant::now();
+        for _ in 0..opts.block {
+            black_box(gauge_sampling::simd::one_read(black_box(
+                &set.rows[i % set.rows.len()],
+            )));
+            i += 1;
+        }
+        t0.elapsed().as_secs_f64() * 1e6 / opts.block as f64
+    };
+    block();
+    let blocks = opts.iters.div_ceil(opts.block);
+    let (mut a, mut b) = (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
+    for _ in 0..blocks {
+        a.push(block());
+        b.push(block());
+    }
+    let mut row = Row::new(
+        ONE_READ,
+        set.n_vocab(),
+        &set.label,
+        median(&mut a),
+        median(&mut b),
+    );
+    row.blocks = blocks;
+    row.gauge_min_us = a.iter().copied().fold(f64::INFINITY, f64::min);
+    row.llama_cpp_min_us = b.iter().copied().fold(f64::INFINITY, f64::min);
+    row
 }
 
 /// µs per token over `n` tokens of gauge's chain.
