@@ -177,7 +177,24 @@ fn model_rows_have_the_models_width_and_run_every_chain() {
         ..Default::default()
     };
     let rows = run_sampling_bench(&o).unwrap();
-    assert_eq!(rows.len(), 5, "every scenario");
+    let names: Vec<&str> = rows.iter().map(|r| r.chain.as_str()).collect();
+    // the one-read row first, then every scenario
+    assert_eq!(
+        names,
+        [
+            "one-read",
+            "greedy",
+            "default",
+            "default+penalties+dry",
+            "all-enabled",
+            "default+ctrl",
+            "default+normalized",
+            "mirostat-v2"
+        ]
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r.simd == gauge_sampling::simd::detected().name()));
     assert!(rows
         .iter()
         .all(|r| r.n_vocab == model.n_vocab() && r.rows == "smollm2"));
