@@ -326,6 +326,15 @@ fn uri_too_long_and_headers_too_large_get_the_json_error_body() {
     let v = assert_error(&r, 431, None);
     assert_eq!(v["error"]["code"], "headers_too_large", "{v}");
 
+    // A request line hyper cannot parse: 400 in the same shape.
+    let mut c = std::net::TcpStream::connect(shared()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    std::io::Write::write_all(&mut c, b"G\x01T / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let v = assert_error(&parse(&raw), 400, None);
+    assert_eq!(v["error"]["code"], "malformed_request", "{v}");
+
     // The server still answers.
     assert_eq!(get(shared(), "/health").status, 200);
 }
