@@ -32,6 +32,7 @@ impl ConstraintArgs {
             return Ok(Some(ConstraintRequest {
                 spec: ConstraintSpec::JsonSchema(schema),
                 field: format!("--json-schema {}", path.display()),
+                lenient: false,
             }));
         }
         if let Some(path) = &self.grammar {
@@ -55,6 +56,7 @@ impl ConstraintArgs {
             return Ok(Some(ConstraintRequest {
                 spec,
                 field: format!("--grammar {}", path.display()),
+                lenient: false,
             }));
         }
         Ok(None)

@@ -55,6 +55,7 @@ fn benches(c: &mut Criterion) {
         let req = ConstraintRequest {
             spec,
             field: "bench".into(),
+            lenient: false,
         };
         let state = GrammarState::compile(&req, &vocab).expect("compile");
         // The text must be in every grammar's language, or the comparison means nothing.

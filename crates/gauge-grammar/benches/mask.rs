@@ -37,6 +37,7 @@ fn schema() -> ConstraintRequest {
             "required": ["name", "age", "tags", "address"]
         })),
         field: "bench".into(),
+        lenient: false,
     }
 }
 

@@ -17,6 +17,26 @@ pub enum GrammarError {
         what: &'static str,
         message: String,
     },
+    /// The schema or grammar is larger than the compiler may be given (see `limits`).
+    #[error(
+        "`{field}`: the constraint holds more than {limit} {what}, the most a request may send"
+    )]
+    TooLarge {
+        field: String,
+        what: String,
+        limit: usize,
+    },
+    /// A schema keyword the grammar would not enforce (see `keywords`), in a strict request.
+    #[error(
+        "`{field}`: {keyword} at `{path}` cannot be enforced ({why}); remove it, or send \
+         `lenient_schema: true` to generate without it"
+    )]
+    Unenforced {
+        field: String,
+        path: String,
+        keyword: String,
+        why: String,
+    },
     /// Two constraint fields in one request.
     #[error("`{first}` and `{second}` both constrain the output: send one of them")]
     Conflict { first: String, second: String },
@@ -38,6 +58,8 @@ impl GrammarError {
         match self {
             GrammarError::Field { field, .. }
             | GrammarError::Compile { field, .. }
+            | GrammarError::TooLarge { field, .. }
+            | GrammarError::Unenforced { field, .. }
             | GrammarError::Incompatible { field, .. } => Some(field),
             GrammarError::Conflict { second, .. } => Some(second),
             GrammarError::Vocab(_) => None,

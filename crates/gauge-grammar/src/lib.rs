@@ -37,6 +37,8 @@
 
 mod error;
 mod gbnf;
+pub mod keywords;
+pub mod limits;
 mod spec;
 mod stage;
 mod state;
@@ -44,7 +46,8 @@ mod vocab;
 
 pub use error::GrammarError;
 pub use gbnf::{gbnf_to_lark, is_llguidance_lark, looks_like_gbnf, GbnfError};
-pub use spec::{grammar_text, ConstraintRequest, ConstraintSpec, CONSTRAINT_FIELDS};
+pub use keywords::{check_schema, Support, Unenforced};
+pub use spec::{grammar_text, ConstraintRequest, ConstraintSpec, CONSTRAINT_FIELDS, LENIENT_FIELD};
 pub use stage::{constrain, GrammarStage, STAGE_NAME};
 pub use state::GrammarState;
 pub use vocab::{GrammarVocab, SPECIAL_MARKER};

@@ -61,6 +61,29 @@ impl ConstraintSpec {
 pub struct ConstraintRequest {
     pub spec: ConstraintSpec,
     pub field: String,
+    /// Compile a JSON schema even where it uses keywords the grammar does not enforce (they are
+    /// then dropped and reported, see [`crate::keywords`]); by default such a schema is refused.
+    pub lenient: bool,
+}
+
+/// The request field that asks for a lenient schema compile (see [`ConstraintRequest::lenient`]).
+pub const LENIENT_FIELD: &str = "lenient_schema";
+
+impl ConstraintRequest {
+    /// A strict constraint read from `field`.
+    pub fn new(spec: ConstraintSpec, field: impl Into<String>) -> Self {
+        Self {
+            spec,
+            field: field.into(),
+            lenient: false,
+        }
+    }
+
+    /// The same constraint, compiled leniently or not.
+    pub fn with_lenient(mut self, lenient: bool) -> Self {
+        self.lenient = lenient;
+        self
+    }
 }
 
 fn field_err(field: &str, v: &Value, allowed: &str) -> GrammarError {
@@ -117,10 +140,12 @@ fn response_format(v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
             Some(s) => ConstraintRequest {
                 spec: ConstraintSpec::JsonSchema(schema_value("response_format.schema", s)?),
                 field: "response_format.schema".into(),
+                lenient: false,
             },
             None => ConstraintRequest {
                 spec: ConstraintSpec::AnyJson,
                 field: F.into(),
+                lenient: false,
             },
         })),
         Some("json_schema") => {
@@ -149,6 +174,7 @@ fn response_format(v: &Value) -> Result<Option<ConstraintRequest>, GrammarError>
             Ok(Some(ConstraintRequest {
                 spec: ConstraintSpec::JsonSchema(schema_value(field, schema)?),
                 field: field.into(),
+                lenient: false,
             }))
         }
         _ => Err(field_err(
@@ -180,14 +206,10 @@ pub fn grammar_text(field: &str, g: String) -> ConstraintSpec {
 
 /// One field's constraint (`None` when the field holds its neutral value).
 fn one(name: &str, v: &Value) -> Result<Option<ConstraintRequest>, GrammarError> {
-    let req = |spec| {
-        Ok(Some(ConstraintRequest {
-            spec,
-            field: name.to_string(),
-        }))
-    };
+    let req = |spec| Ok(Some(ConstraintRequest::new(spec, name)));
     match name {
         "response_format" => response_format(v),
+        LENIENT_FIELD => Ok(None),
         "json_schema" | "guided_json" => req(ConstraintSpec::JsonSchema(schema_value(name, v)?)),
         "grammar" | "guided_grammar" => {
             let g = text(
@@ -227,12 +249,18 @@ impl ConstraintRequest {
     pub fn from_request(
         obj: &Map<String, Value>,
     ) -> Result<Option<ConstraintRequest>, GrammarError> {
+        let lenient = match obj.get(LENIENT_FIELD) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(field_err(LENIENT_FIELD, v, "true or false")),
+        };
         let mut found: Option<ConstraintRequest> = None;
         for &name in CONSTRAINT_FIELDS {
             let Some(v) = obj.get(name).filter(|v| !v.is_null()) else {
                 continue;
             };
-            if let Some(c) = one(name, v)? {
+            if let Some(mut c) = one(name, v)? {
+                c.lenient = lenient;
                 if let Some(first) = &found {
                     return Err(GrammarError::Conflict {
                         first: first.field.clone(),

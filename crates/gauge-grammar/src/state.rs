@@ -6,6 +6,8 @@ use serde_json::Value;
 use toktrie::SimpleVob;
 
 use crate::error::GrammarError;
+use crate::keywords::{check_schema, SchemaCheckError, Unenforced};
+use crate::limits::{check_lark, on_compile_stack, COMPILE_STACK_BYTES};
 use crate::spec::{ConstraintRequest, ConstraintSpec};
 use crate::vocab::GrammarVocab;
 
@@ -19,6 +21,8 @@ pub struct GrammarState {
     /// The first engine error met while decoding (the output is then ended with EOS).
     error: Option<String>,
     label: &'static str,
+    /// The schema keywords a lenient compile dropped.
+    dropped: Vec<Unenforced>,
 }
 
 impl Clone for GrammarState {
@@ -30,6 +34,7 @@ impl Clone for GrammarState {
             mask: self.mask.clone(),
             error: self.error.clone(),
             label: self.label,
+            dropped: self.dropped.clone(),
         }
     }
 }
@@ -51,17 +56,18 @@ fn lark_literal(s: &str) -> String {
 }
 
 /// gauge's JSON compile options, unless the schema brings its own (`x-guidance`):
-/// * lenient: a `format` llguidance does not know (JSONSchemaBench uses `url`, `uuid4`, ...) is
-///   left unconstrained, as JSON Schema treats `format` as an annotation by default, instead of
-///   refusing the whole schema (llguidance records a warning);
+/// * strict by default: llguidance refuses what it cannot enforce (an overlapping `oneOf`,
+///   `min/maxProperties` over optional properties), after [`check_schema`] has refused every
+///   keyword it would drop. Lenient (the request's `lenient_schema`, and the lab's A2 scoring,
+///   which treats `format` as an annotation as its validator does): those are dropped instead;
 /// * whitespace between tokens bounded to 20 characters, as llama.cpp's schema grammars bound it,
 ///   so a penalised model cannot fill its budget with blank lines inside a value.
-fn with_options(schema: &Value) -> Value {
+fn with_options(schema: &Value, lenient: bool) -> Value {
     let mut schema = schema.clone();
     if let Some(o) = schema.as_object_mut() {
         if !o.contains_key("x-guidance") {
             let opts = JsonCompileOptions {
-                lenient: true,
+                lenient,
                 whitespace_pattern: Some(r"[ \t\n\r]{0,20}".into()),
                 ..JsonCompileOptions::default()
             };
@@ -71,60 +77,113 @@ fn with_options(schema: &Value) -> Value {
     schema
 }
 
-fn top_level(spec: &ConstraintSpec) -> Result<TopLevelGrammar, String> {
-    Ok(match spec {
-        ConstraintSpec::JsonSchema(schema) => {
-            TopLevelGrammar::from_json_schema(with_options(schema))
+/// The grammar llguidance compiles, after the size checks of [`crate::limits`] and (for
+/// schemas) the keyword check; returns the keywords a lenient compile drops.
+fn top_level(req: &ConstraintRequest) -> Result<(TopLevelGrammar, Vec<Unenforced>), GrammarError> {
+    let compile_err = |message: String| GrammarError::Compile {
+        field: req.field.clone(),
+        what: req.spec.kind(),
+        message,
+    };
+    let lark = |text: String| -> Result<TopLevelGrammar, GrammarError> {
+        check_lark(&req.field, &text)?;
+        Ok(TopLevelGrammar::from_lark(text))
+    };
+    let schema = |s: &Value| -> Result<(TopLevelGrammar, Vec<Unenforced>), GrammarError> {
+        let dropped = check_schema(s).map_err(|e| match e {
+            SchemaCheckError::TooLarge { limit } => GrammarError::TooLarge {
+                field: req.field.clone(),
+                what: "subschemas".into(),
+                limit,
+            },
+        })?;
+        if let (false, Some(u)) = (req.lenient, dropped.first()) {
+            return Err(GrammarError::Unenforced {
+                field: req.field.clone(),
+                path: u.path.clone(),
+                keyword: u.keyword.clone(),
+                why: u.why.clone(),
+            });
         }
-        ConstraintSpec::AnyJson => {
-            TopLevelGrammar::from_json_schema(with_options(&serde_json::json!({"type": "object"})))
-        }
+        Ok((
+            TopLevelGrammar::from_json_schema(with_options(s, req.lenient)),
+            dropped,
+        ))
+    };
+    Ok(match &req.spec {
+        ConstraintSpec::JsonSchema(s) => return schema(s),
+        ConstraintSpec::AnyJson => return schema(&serde_json::json!({"type": "object"})),
         ConstraintSpec::Lark(text) => {
             // llama.cpp marks llguidance grammars with a first line `%llguidance {}`.
             let body = match text.trim_start().strip_prefix("%llguidance") {
                 Some(rest) => rest.split_once('\n').map_or("", |(_, b)| b).to_string(),
                 None => text.clone(),
             };
-            TopLevelGrammar::from_lark(body)
+            (lark(body)?, Vec::new())
         }
         ConstraintSpec::Gbnf(text) => {
-            TopLevelGrammar::from_lark(crate::gbnf::gbnf_to_lark(text).map_err(|e| e.to_string())?)
+            let translated =
+                crate::gbnf::gbnf_to_lark(text).map_err(|e| compile_err(e.to_string()))?;
+            (lark(translated)?, Vec::new())
         }
-        ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+        ConstraintSpec::Regex(rx) => (TopLevelGrammar::from_regex(rx), Vec::new()),
         ConstraintSpec::Choice(choices) => {
             let alts: Vec<String> = choices.iter().map(|c| lark_literal(c)).collect();
-            TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
+            (lark(format!("start: {}", alts.join(" | ")))?, Vec::new())
         }
     })
 }
 
 impl GrammarState {
     /// Compile `req` for `vocab`, and compute the first mask (so the decode thread does not).
+    /// The compile runs on a thread with [`COMPILE_STACK_BYTES`] of stack (see [`crate::limits`]).
     pub fn compile(req: &ConstraintRequest, vocab: &GrammarVocab) -> Result<Self, GrammarError> {
+        Self::compile_on_stack(req, vocab, COMPILE_STACK_BYTES)
+    }
+
+    /// [`GrammarState::compile`] on a compiler thread with `stack` bytes of stack (the test of
+    /// the limits runs them on a fraction of the real stack).
+    #[doc(hidden)]
+    pub fn compile_on_stack(
+        req: &ConstraintRequest,
+        vocab: &GrammarVocab,
+        stack: usize,
+    ) -> Result<Self, GrammarError> {
         let compile_err = |message: String| GrammarError::Compile {
             field: req.field.clone(),
             what: req.spec.kind(),
-            message,
+            message: plain_message(&message),
         };
-        let grammar = top_level(&req.spec).map_err(compile_err)?;
-        let parser = vocab
-            .factory()
-            .create_parser(grammar)
-            .map_err(|e| compile_err(e.to_string()))?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(compile_err(e));
-        }
-        let mut st = Self {
-            matcher,
-            n_vocab: vocab.n_vocab(),
-            eos: vocab.eos()[0],
-            mask: None,
-            error: None,
-            label: req.spec.label(),
-        };
-        st.mask().map_err(compile_err)?;
-        Ok(st)
+        // Everything that walks the input recursively (the schema's clone, llguidance's compile
+        // and first mask) runs on the compiler's stack.
+        let built = on_compile_stack(stack, || -> Result<Self, GrammarError> {
+            let (grammar, dropped) = top_level(req)?;
+            let parser = vocab
+                .factory()
+                .create_parser(grammar)
+                .map_err(|e| compile_err(e.to_string()))?;
+            let matcher = Matcher::new(Ok(parser));
+            if let Some(e) = matcher.get_error() {
+                return Err(compile_err(e));
+            }
+            let mut st = Self {
+                matcher,
+                n_vocab: vocab.n_vocab(),
+                eos: vocab.eos()[0],
+                mask: None,
+                error: None,
+                label: req.spec.label(),
+                dropped,
+            };
+            st.mask().map_err(compile_err)?;
+            Ok(st)
+        });
+        built.map_err(compile_err)?
+    }
+
+    /// The schema keywords a lenient compile dropped (empty for a strict one).
+    pub fn dropped(&self) -> &[Unenforced] {
+        &self.dropped
     }
 
     /// What kind of constraint (`json_schema`, `lark`, ...).
@@ -215,4 +274,23 @@ impl GrammarState {
             }
         }));
     }
+}
+
+/// llguidance's compile errors in plain words: the known ones rephrased for the client who sent
+/// the schema, and the rest without the parser-state dump that follows the first line.
+fn plain_message(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message).trim();
+    if first.contains("oneOf constraints are not supported") {
+        return "a `oneOf` whose branches may overlap cannot be enforced as exactly one of them; \
+                make the branches disjoint (a `const` or `enum` property that tells them apart), \
+                or send `anyOf`"
+            .into();
+    }
+    if first.contains("min/maxProperties only supported") {
+        return "`minProperties`/`maxProperties` are enforced only when every property listed in \
+                `properties` is `required` (and no others may appear); list the properties the \
+                object must have"
+            .into();
+    }
+    first.to_string()
 }

@@ -53,20 +53,22 @@ fn constraints() -> Vec<ConstraintRequest> {
         "additionalProperties": false
     });
     vec![
-        ConstraintRequest { spec: ConstraintSpec::JsonSchema(schema), field: "json_schema".into() },
+        ConstraintRequest { spec: ConstraintSpec::JsonSchema(schema), field: "json_schema".into(), lenient: false },
         ConstraintRequest {
             spec: ConstraintSpec::Lark(
                 "start: \"(\" list \")\"\nlist: item (\",\" item)*\nitem: NUMBER | WORD\nNUMBER: /[0-9]{1,4}/\nWORD: /[a-z]{1,6}/\n".into(),
             ),
             field: "grammar".into(),
+            lenient: false,
         },
-        ConstraintRequest { spec: ConstraintSpec::Regex("(yes|no|maybe) [A-Z][a-z]{0,8}\\.".into()), field: "guided_regex".into() },
+        ConstraintRequest { spec: ConstraintSpec::Regex("(yes|no|maybe) [A-Z][a-z]{0,8}\\.".into()), field: "guided_regex".into(), lenient: false },
         ConstraintRequest {
             spec: ConstraintSpec::Gbnf(
                 std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gbnf/arithmetic.gbnf"))
                     .expect("arithmetic.gbnf"),
             ),
             field: "grammar".into(),
+            lenient: false,
         },
     ]
 }

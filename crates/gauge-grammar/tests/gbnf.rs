@@ -29,6 +29,7 @@ fn compile(spec: ConstraintSpec) -> Result<GrammarState, GrammarError> {
     let req = ConstraintRequest {
         spec,
         field: "grammar".into(),
+        lenient: false,
     };
     GrammarState::compile(&req, byte_vocab())
 }

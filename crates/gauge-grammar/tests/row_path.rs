@@ -54,6 +54,7 @@ fn row_path_is_the_fill_path_bit_for_bit() {
     let req = ConstraintRequest {
         spec: ConstraintSpec::JsonSchema(schema),
         field: "json_schema".into(),
+        lenient: false,
     };
     let settings = [
         params(1.0, PenaltyMode::Ctrl, 0.0, 0.8),

@@ -217,6 +217,7 @@ fn tool_constraint(t: &Tool, i: usize) -> ConstraintRequest {
     ConstraintRequest {
         spec: ConstraintSpec::JsonSchema(t.parameters.clone()),
         field: format!("tools[{i}].function.parameters"),
+        lenient: false,
     }
 }
 
@@ -294,6 +295,7 @@ fn required(tools: &[Tool], parallel: bool) -> Result<ToolPlan, ApiError> {
         constraint: ConstraintRequest {
             spec: ConstraintSpec::JsonSchema(schema),
             field: "tools".into(),
+            lenient: false,
         },
         per_tool: tools
             .iter()

@@ -375,6 +375,9 @@ fn run_json_inner(
                 let req = ConstraintRequest {
                     spec: ConstraintSpec::JsonSchema(schemas[s].schema.clone()),
                     field: format!("schema {}", schemas[s].id),
+                    // A2 scores with `format` as an annotation (its validator's default), so
+                    // a format the grammar does not know is left out, as the scorer leaves it.
+                    lenient: true,
                 };
                 match GrammarState::compile(&req, vocab) {
                     Ok(g) => job.grammar = Some(g),
