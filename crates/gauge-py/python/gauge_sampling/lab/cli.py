@@ -1,6 +1,7 @@
-"""``python -m gauge_sampling probe|json --engine hf|vllm --model M ...``: ``gauge probe``'s and
-``gauge json``'s flags, grid, defaults, outputs and resumption, with HF transformers or vLLM
-computing the logits and deciding with their own samplers.
+"""``python -m gauge_sampling probe|json --engine E --model M ...``: ``gauge probe``'s and
+``gauge json``'s flags, grid, defaults, outputs and resumption, with an engine (HF transformers,
+vLLM, llama-cpp-python, an OpenAI-compatible server, ...; ``lab/engine.py``) computing the logits
+and deciding with its own sampler.
 
 The grid defaults come from gauge-lab (``_native.probe_grids_json``, ``_native.json_defaults_json``),
 the configuration is checked
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from .. import _native
+from .engine import ENGINES, SEEN, module_of
 
 
 def _floats(text: str) -> list[float]:
@@ -40,7 +42,22 @@ def _ops(text: str) -> list[str]:
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="who computes and decides")
+    p.add_argument(
+        "--engine",
+        "--sampler",
+        dest="engine",
+        choices=tuple(ENGINES),
+        default="hf",
+        help="who computes and decides (--sampler: the same flag, gauge probe's word)",
+    )
+    p.add_argument(
+        "--seen",
+        choices=SEEN,
+        default="protocol",
+        help="the penalty's seen set: the protocol's (prompt + all generated, no window) or the "
+        "engine's own default scope (recorded in the run); hf and vllm: the same set",
+    )
+    p.add_argument("--url", default=None, help="--engine openai: the server's base URL (http://host:port)")
     p.add_argument(
         "--device", default=None, help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
     )
@@ -67,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", type=_ops, default=None, help="comma-separated: ctrl, normalized, subtractive")
     p.add_argument("--shift", type=float, default=None, help="the gauge shift c: runs add +c and −c (5)")
     p.add_argument("--alpha", type=float, default=None, help="α of the subtractive operator (1)")
-    p.add_argument("--window", type=int, default=None, help="refused for hf and vllm (whole history)")
+    p.add_argument("--window", type=int, default=None, help="refused for the Python engines (see --seen)")
     p.add_argument("--full", action="store_true", help="the note's full grid (200 × 200, 4 θ)")
     p.add_argument("--out", default="results", help="results root; the run goes to <out>/<run-id>/")
     p.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
@@ -86,12 +103,14 @@ def parser() -> argparse.ArgumentParser:
         "--ops", type=_ops, default=None, help="comma-separated: ctrl, normalized (default), subtractive"
     )
     j.add_argument("--alpha", type=float, default=None, help="α of the subtractive operator (1)")
-    j.add_argument("--window", type=int, default=None, help="refused for hf and vllm (whole history)")
+    j.add_argument("--window", type=int, default=None, help="refused for the Python engines (see --seen)")
     j.add_argument("--max-tokens", type=int, default=None, help="most new tokens per output (512)")
     j.add_argument(
         "--no-chat", action="store_true", help="send the prompt as is, not through the chat template"
     )
-    j.add_argument("--constrained", action="store_true", help="refused for hf and vllm (gauge's decode only)")
+    j.add_argument(
+        "--constrained", action="store_true", help="refused for the Python engines (gauge's decode only)"
+    )
     j.add_argument("--out", default="results", help="results root; the run goes to <out>/<run-id>/")
     j.add_argument("--json", action="store_true", help="print the summary JSON on stdout")
     j.add_argument("--n-seq-max", type=int, default=64, help="live sequences (fits the chunk, as gauge json)")
@@ -107,16 +126,16 @@ def default_device() -> str:
 
 
 def engine_info(engine: str, device: str, dtype: str, tp: int) -> dict:
-    import torch
-    import transformers
-
-    versions = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "gauge_sampling": _native.__version__,
-    }
+    """The run's engine record (part of the run id). hf and vllm record torch and transformers
+    here; the other engines record their own packages and options when they load."""
+    versions = {"python": platform.python_version(), "gauge_sampling": _native.__version__}
     options = {}
+    if engine in ("hf", "vllm"):
+        import torch
+        import transformers
+
+        versions["torch"] = torch.__version__
+        versions["transformers"] = transformers.__version__
     if engine == "vllm":
         import vllm
 
@@ -142,7 +161,9 @@ def probe_config(args, label: str, info: dict) -> str:
             cfg[key] = getattr(args, flag)
     cfg["model"] = label
     cfg["sampler"] = args.engine
-    cfg["engine"] = info
+    if info.get("raw_logits") is False:
+        cfg["zero_point"] = False
+    cfg["engine"] = {k: v for k, v in info.items() if k != "raw_logits"}
     return _native.probe_config_json(json.dumps(cfg), args.n_seq_max)
 
 
@@ -162,7 +183,7 @@ def json_config(args, label: str, info: dict, chat: bool) -> str:
             cfg[key] = getattr(args, flag)
     cfg["model"] = label
     cfg["sampler"] = args.engine
-    cfg["engine"] = info
+    cfg["engine"] = {k: v for k, v in info.items() if k != "raw_logits"}
     cfg["chat_template"] = chat
     if args.constrained:
         cfg["constrained"] = True
@@ -170,22 +191,16 @@ def json_config(args, label: str, info: dict, chat: bool) -> str:
 
 
 def make_engine(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024):
-    """(engine, tokenizer, n_vocab); records in ``info`` what the loaded engine decided (the hf
-    engine's attention implementation)."""
-    from . import models
+    """(engine, tokenizer, n_vocab) from the engine's module (``engine.ENGINES``); records in
+    ``info`` what the loaded engine decided (the hf engine's attention implementation, a seen
+    set, versions)."""
+    import importlib
 
-    if args.engine == "hf":
-        from .hf_attention import use_grouped_attention
-        from .hf_engine import HfEngine
-
-        model, tok = models.load_engine_model(ref, dtype, device)
-        use_grouped_attention(model)
-        info["options"]["attention"] = model.config._attn_implementation
-        return HfEngine(model, device, tok), tok, int(model.get_output_embeddings().weight.shape[0])
-    from .vllm_engine import VllmEngine
-
-    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size, max_model_len)
-    return eng, eng.tokenizer, eng.n_vocab
+    mod = importlib.import_module(f"{__package__}.{module_of(args.engine)}")
+    loaded = mod.load(args, ref, device, dtype, info, max_model_len)
+    if not getattr(loaded[0], "raw_logits", True):
+        info["raw_logits"] = False
+    return loaded
 
 
 def setup(args) -> tuple:
@@ -203,6 +218,8 @@ def setup(args) -> tuple:
     elif "OMP_NUM_THREADS" not in os.environ:
         # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
         torch.set_num_threads(os.cpu_count() or 1)
+    if args.url is not None and args.engine != "openai":
+        raise ValueError(f"--url: only for --engine openai (not {args.engine})")
     ref = models.resolve(args.model)
     return ref, device, dtype, engine_info(args.engine, device, dtype, args.tensor_parallel_size)
 

@@ -26,13 +26,14 @@ the others go on until ``tokens``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 from transformers import LogitsProcessor, RepetitionPenaltyLogitsProcessor
 
 from ..hf import RepetitionPenalty
+from .engine import Loaded, RunOut
 
 
 class Shift(LogitsProcessor):
@@ -69,19 +70,13 @@ class _Group:
     history: list[int]  # prompt + generated
 
 
-@dataclass
-class RunOut:
-    tokens: list[int] = field(default_factory=list)
-    forward_tokens: int = 0
-    zero_point: Optional[dict] = None
-
-
 class HfEngine:
     """Decodes chunks of the probe's plan with a transformers causal LM (see the module doc)."""
 
     name = "hf"
     #: Chunks are decoded one at a time (the resumption unit).
     whole_phase = False
+    raw_logits = True
 
     def __init__(self, model, device: str, tokenizer=None):
         self.model = model
@@ -93,7 +88,8 @@ class HfEngine:
         """A2: every run of ``plan`` from every prompt under ``gauge json``'s stop rule (see
         ``jsonrun``); the runs of a schema share its prefill and their sequence until they
         diverge, and leave the batch independently."""
-        from .jsonrun import STOP_STRINGS, JsonOut, eog_ids, generated_text
+        from .engine import JsonOut
+        from .jsonrun import STOP_STRINGS, eog_ids, generated_text
 
         tok = self.tokenizer
         eog = eog_ids(tok, getattr(self.model, "generation_config", None))
@@ -254,3 +250,15 @@ class HfEngine:
         for k, (gi, _) in enumerate(run_of):
             picks[gi].append(picks_flat[k])
         return picks
+
+
+def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024) -> Loaded:
+    """The hf engine on ``ref`` (a GGUF through its cached float32 conversion); records the
+    attention implementation it switched the model to."""
+    from . import models
+    from .hf_attention import use_grouped_attention
+
+    model, tok = models.load_engine_model(ref, dtype, device)
+    use_grouped_attention(model)
+    info["options"]["attention"] = model.config._attn_implementation
+    return Loaded(HfEngine(model, device, tok), tok, int(model.get_output_embeddings().weight.shape[0]))

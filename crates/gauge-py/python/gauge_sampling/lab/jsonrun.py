@@ -11,20 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _native
+from .engine import JsonOut  # noqa: F401  (re-exported: engines built it from here before engine.py)
 
 STOP_STRINGS = tuple(_native.json_stop_strings())
-
-
-@dataclass
-class JsonOut:
-    tokens: list[int]
-    output: str
-    eog: bool
-    forward_tokens: int
 
 
 def eog_ids(tokenizer, generation_config=None) -> set[int]:

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .hf_engine import RunOut
+from .engine import Loaded, RunOut
 
 
 def _configure_env(device: str, tp: int) -> None:
@@ -144,6 +144,7 @@ class VllmEngine:
 
     name = "vllm"
     whole_phase = True
+    raw_logits = True
 
     def __init__(
         self, folder: Path, dtype: str, device: str, tensor_parallel_size: int = 1, max_model_len: int = 1024
@@ -250,7 +251,8 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from .jsonrun import STOP_STRINGS, JsonOut, generated_text
+        from .engine import JsonOut
+        from .jsonrun import STOP_STRINGS, generated_text
 
         longest = max(len(p) for p in prompts) + max_tokens
         if longest > self.max_model_len:
@@ -304,3 +306,11 @@ def _read_records(path: str) -> dict:
             d = json.loads(line)
             out.setdefault(d["key"], {})[d["step"]] = d
     return out
+
+
+def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024) -> Loaded:
+    """vLLM's ``LLM`` on the model's HF folder (a GGUF through its cached float32 conversion)."""
+    from . import models
+
+    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size, max_model_len)
+    return Loaded(eng, eng.tokenizer, eng.n_vocab)
