@@ -13,6 +13,8 @@ VENV=.venv
 lock_stamp="$VENV/.gauge-lock-installed"
 wheel_stamp="$VENV/.gauge-wheel-built"
 lock_hash() { cat python/requirements-lock.txt python/requirements-dev.txt | sha256sum | cut -d' ' -f1; }
+engines_stamp="$VENV/.gauge-engines-installed"
+engines_hash() { sha256sum python/requirements-engines.txt | cut -d' ' -f1; }
 # What the wheel is built from: gauge-py and the workspace crates it links (sources, manifests,
 # the Python package), plus the lock file.
 wheel_hash() {
@@ -23,7 +25,8 @@ wheel_hash() {
 }
 if [ "${1:-}" = "--if-stale" ]; then
   if [ -x "$VENV/bin/python" ] && [ "$(cat "$lock_stamp" 2>/dev/null)" = "$(lock_hash)" ] \
-    && [ "$(cat "$wheel_stamp" 2>/dev/null)" = "$(wheel_hash)" ]; then
+    && [ "$(cat "$wheel_stamp" 2>/dev/null)" = "$(wheel_hash)" ] \
+    && [ "$(cat "$engines_stamp" 2>/dev/null)" = "$(engines_hash)" ]; then
     echo "setup-python: $VENV and the gauge-sampling wheel are up to date"
     exit 0
   fi
@@ -47,6 +50,15 @@ if [ "$(cat "$lock_stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     -r python/requirements-lock.txt -r python/requirements-dev.txt
   echo "$want" > "$lock_stamp"
+fi
+
+# The mlx and ort-genai engines (mlx-lm on mlx's CPU build, onnxruntime-genai and its model
+# builder's onnx packages; python/requirements-engines.txt): pinned and --no-deps, so the lock's
+# transformers 5.19 stays (mlx-lm alone would pull 5.24). ~35 MB download, ~10 s.
+if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$(engines_hash)" ]; then
+  echo "setup-python: installing the mlx and onnxruntime-genai engines"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r python/requirements-engines.txt
+  engines_hash > "$engines_stamp"
 fi
 
 echo "setup-python: building the gauge-sampling wheel from this checkout"
