@@ -63,8 +63,6 @@ pub const KEYWORDS: &[(&str, Support)] = &[
     ("$id", Support::Annotation),
     ("id", Support::Annotation),
     ("$anchor", Support::Annotation),
-    ("$dynamicAnchor", Support::Annotation),
-    ("$recursiveAnchor", Support::Annotation),
     ("$vocabulary", Support::Annotation),
     ("$comment", Support::Annotation),
     ("$defs", Support::Annotation),
@@ -139,6 +137,14 @@ pub const KEYWORDS: &[(&str, Support)] = &[
     (
         "$dynamicRef",
         Support::Refused("dynamic references are not resolved; use `$ref`"),
+    ),
+    (
+        "$dynamicAnchor",
+        Support::Refused("dynamic anchors are not resolved; use `$ref`"),
+    ),
+    (
+        "$recursiveAnchor",
+        Support::Refused("recursive anchors are not resolved; use `$ref`"),
     ),
     (
         "$recursiveRef",

@@ -49,5 +49,5 @@ pub use gbnf::{gbnf_to_lark, is_llguidance_lark, looks_like_gbnf, GbnfError};
 pub use keywords::{check_schema, Support, Unenforced};
 pub use spec::{grammar_text, ConstraintRequest, ConstraintSpec, CONSTRAINT_FIELDS, LENIENT_FIELD};
 pub use stage::{constrain, GrammarStage, STAGE_NAME};
-pub use state::GrammarState;
+pub use state::{DeadEnd, GrammarState};
 pub use vocab::{GrammarVocab, SPECIAL_MARKER};

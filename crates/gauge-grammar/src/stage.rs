@@ -53,6 +53,11 @@ impl GrammarStage {
     pub fn state(&self) -> &GrammarState {
         &self.state
     }
+
+    /// The output's dead-end flag, shared with the copy that goes into a chain.
+    pub fn dead_end(&self) -> crate::DeadEnd {
+        self.state.dead_end()
+    }
 }
 
 /// `chain` with `stage` in front of every other stage.

@@ -1,5 +1,7 @@
 //! A compiled constraint and where the output is in it: the allowed set for the next token.
 
+use std::sync::{Arc, OnceLock};
+
 use llguidance::api::TopLevelGrammar;
 use llguidance::{JsonCompileOptions, Matcher};
 use serde_json::Value;
@@ -23,6 +25,23 @@ pub struct GrammarState {
     label: &'static str,
     /// The schema keywords a lenient compile dropped.
     dropped: Vec<Unenforced>,
+    /// Set when the output reached a dead end (see [`DeadEnd`]); shared by clones.
+    dead_end: DeadEnd,
+}
+
+/// Whether an output's constraint reached a dead end: no token could continue it (or the
+/// engine hit a resource limit computing which), so only the end-of-generation token was
+/// allowed. An output that ends this way does not match its constraint, and whoever reports
+/// the end must not call it a normal stop. Clones share the flag, so a handle taken before the
+/// stage goes into a chain sees what the chain's copy met.
+#[derive(Clone, Debug, Default)]
+pub struct DeadEnd(Arc<OnceLock<String>>);
+
+impl DeadEnd {
+    /// What went wrong, in one line, if the output reached a dead end.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
 }
 
 impl Clone for GrammarState {
@@ -35,6 +54,7 @@ impl Clone for GrammarState {
             error: self.error.clone(),
             label: self.label,
             dropped: self.dropped.clone(),
+            dead_end: self.dead_end.clone(),
         }
     }
 }
@@ -174,6 +194,7 @@ impl GrammarState {
                 error: None,
                 label: req.spec.label(),
                 dropped,
+                dead_end: DeadEnd::default(),
             };
             st.mask().map_err(compile_err)?;
             Ok(st)
@@ -208,13 +229,37 @@ impl GrammarState {
     /// kept in [`GrammarState::error`]), only the end-of-generation token is allowed, so the
     /// output ends instead of leaving the grammar.
     pub fn allowed(&mut self) -> &SimpleVob {
-        if let Err(e) = self.mask() {
-            self.error.get_or_insert(e);
+        let eos = self.eos;
+        if self.matcher.is_stopped() {
+            // After the end nothing follows; that is not a dead end.
+            let mut only_eos = SimpleVob::alloc(self.n_vocab);
+            only_eos.allow_token(eos);
+            self.mask = Some(only_eos);
+            return self.mask.as_ref().expect("just set");
+        }
+        let failed = match self.mask() {
+            Err(e) => Some(plain_message(&e)),
+            // Nothing allowed, or only the end where the output is incomplete: llguidance
+            // offers the end when no text can follow, even where the grammar cannot end.
+            Ok(m) if m.is_zero() || (m.num_set() == 1 && m.is_allowed(eos)) => {
+                let accepting = self.matcher.is_accepting().unwrap_or(false);
+                (!accepting).then(|| DEAD_END.to_string())
+            }
+            Ok(_) => None,
+        };
+        if let Some(e) = failed {
+            self.error.get_or_insert(e.clone());
+            self.dead_end.0.get_or_init(|| e);
             let mut only_eos = SimpleVob::alloc(self.n_vocab);
             only_eos.allow_token(self.eos);
             self.mask = Some(only_eos);
         }
         self.mask.as_ref().expect("set above")
+    }
+
+    /// The dead-end flag of this output (see [`DeadEnd`]).
+    pub fn dead_end(&self) -> DeadEnd {
+        self.dead_end.clone()
     }
 
     /// Is `token` allowed next?
@@ -276,10 +321,17 @@ impl GrammarState {
     }
 }
 
+/// What a dead end is, in plain words.
+const DEAD_END: &str = "no text can continue the output here, and it is incomplete (a part of \
+                        the constraint cannot be satisfied)";
+
 /// llguidance's compile errors in plain words: the known ones rephrased for the client who sent
 /// the schema, and the rest without the parser-state dump that follows the first line.
 fn plain_message(message: &str) -> String {
     let first = message.lines().next().unwrap_or(message).trim();
+    if first.contains("NoExtensionBias") {
+        return DEAD_END.into();
+    }
     if first.contains("oneOf constraints are not supported") {
         return "a `oneOf` whose branches may overlap cannot be enforced as exactly one of them; \
                 make the branches disjoint (a `const` or `enum` property that tells them apart), \

@@ -311,6 +311,10 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         );
         echo.get_or_insert_with(|| json!({}))["unknown_fields"] = json!(prep.unknown_fields);
     }
+    if !prep.schema_dropped.is_empty() {
+        // `lenient_schema`: the output may break these keywords, so the response says which.
+        echo.get_or_insert_with(|| json!({}))["schema_dropped"] = json!(prep.schema_dropped);
+    }
     let mut settings = prep.params.to_value();
     if let Value::Object(m) = &mut settings {
         m.insert("n_predict".into(), json!(prep.max_tokens));
@@ -342,6 +346,7 @@ async fn generate_inner(st: Arc<AppState>, ep: Endpoint, body: Body) -> Result<R
         stop: prep.stop,
         ignore_eos: prep.ignore_eos,
         explain: None,
+        dead_end: prep.dead_end,
         events: tx,
     };
     st.engine

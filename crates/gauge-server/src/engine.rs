@@ -52,6 +52,8 @@ pub(crate) struct Job {
     pub ignore_eos: bool,
     /// `POST /explain`: record every stage of every step (module `explain`).
     pub explain: Option<Box<crate::explain::ExplainJob>>,
+    /// The constraint's dead-end flag: an end forced by a dead end is an error, not a stop.
+    pub dead_end: Option<gauge_grammar::DeadEnd>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -458,6 +460,18 @@ impl Engine {
             None
         };
         if !l.job.ignore_eos && self.model.is_eog(tok) {
+            if let Some(why) = l.job.dead_end.as_ref().and_then(|d| d.get()) {
+                let e = ApiError::invalid(
+                    None,
+                    format!(
+                        "the output cannot be completed under its constraint after {} tokens: \
+                         {why}",
+                        l.generated
+                    ),
+                )
+                .with_code("grammar_dead_end");
+                return self.end(i, Some(Err(e)));
+            }
             return self.finish(i, FinishReason::Eog);
         }
         l.generated += 1;

@@ -286,6 +286,7 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
         n_probs: 0,
         stop: prep.stop,
         ignore_eos: prep.ignore_eos,
+        dead_end: prep.dead_end,
         explain: Some(Box::new(ExplainJob {
             top,
             shifts,

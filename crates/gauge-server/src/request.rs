@@ -24,7 +24,9 @@
 //!   ([`crate::tools`]).
 
 use gauge_engine::Model;
-use gauge_grammar::{constrain, ConstraintRequest, GrammarError, GrammarStage, GrammarVocab};
+use gauge_grammar::{
+    constrain, ConstraintRequest, GrammarError, GrammarStage, GrammarVocab, LENIENT_FIELD,
+};
 use gauge_sampling::fields;
 use gauge_sampling::params::SamplingParams;
 use gauge_sampling::{rng, Chain, TokenId};
@@ -67,6 +69,10 @@ pub(crate) struct Prepared {
     pub prompt_text: String,
     /// Request fields gauge does not know: accepted (as llama-server does), reported back.
     pub unknown_fields: Vec<String>,
+    /// Schema keywords a `lenient_schema` request let the grammar drop (name, path, why).
+    pub schema_dropped: Vec<String>,
+    /// The constraint's dead-end flag, when there is a constraint.
+    pub dead_end: Option<gauge_grammar::DeadEnd>,
     /// The output is a tool call (chat `tools` with a named or "required" `tool_choice`).
     pub tools: Option<crate::tools::ToolMode>,
 }
@@ -404,7 +410,8 @@ impl From<GrammarError> for ApiError {
     fn from(e: GrammarError) -> Self {
         let field = e.field().map(str::to_string);
         let code = match e {
-            GrammarError::Compile { .. } => "invalid_schema",
+            GrammarError::Compile { .. } | GrammarError::Unenforced { .. } => "invalid_schema",
+            GrammarError::TooLarge { .. } => "constraint_too_large",
             _ => "invalid_value",
         };
         ApiError::invalid(field.as_deref(), e.to_string()).with_code(code)
@@ -424,14 +431,20 @@ pub(crate) fn prepare(
     refuse_unsupported(ep, o)?;
     refuse_prompt_and_messages(ep, o)?;
     let mut constraint = ConstraintRequest::from_request(o)?;
-    let tool_plan = if ep == Endpoint::Chat {
+    let mut tool_plan = if ep == Endpoint::Chat {
         crate::tools::plan(o)?
     } else {
         None
     };
-    if let Some(p) = &tool_plan {
+    // `lenient_schema` (its type checked by `from_request`) holds for tool schemas too.
+    let lenient = matches!(o.get(LENIENT_FIELD), Some(Value::Bool(true)));
+    if let Some(p) = &mut tool_plan {
         if let Some(c) = &constraint {
             return Err(crate::tools::conflict(c).into());
+        }
+        p.constraint.lenient = lenient;
+        for t in &mut p.per_tool {
+            t.lenient = lenient;
         }
         constraint = Some(p.constraint.clone());
     }
@@ -546,20 +559,26 @@ pub(crate) fn prepare(
         params.seed = rng::resolve_seed(params.seed);
     }
     let mut chain = Chain::from_params(&params, model.n_vocab(), Some(model))?;
+    let mut schema_dropped = Vec::new();
+    let mut dead_end = None;
     if let Some(c) = &constraint {
         let vocab = grammars.get(model)?;
-        let stage = match GrammarStage::compile(c, vocab, &params) {
-            Ok(s) => s,
-            Err(e) => {
-                // A "required" schema that fails: name the tool whose parameters fail alone.
-                if let Some(p) = &tool_plan {
-                    for t in &p.per_tool {
-                        GrammarStage::compile(t, vocab, &params)?;
-                    }
-                }
-                return Err(e.into());
+        // "required": each tool's parameters compile alone first, so a tool whose schema
+        // cannot be satisfied is refused by name. Inside the combined `anyOf` it would compile
+        // and leave the output at a dead end.
+        if let Some(p) = &tool_plan {
+            for t in &p.per_tool {
+                GrammarStage::compile(t, vocab, &params)?;
             }
-        };
+        }
+        let stage = GrammarStage::compile(c, vocab, &params)?;
+        schema_dropped = stage
+            .state()
+            .dropped()
+            .iter()
+            .map(|u| u.to_string())
+            .collect();
+        dead_end = Some(stage.dead_end());
         chain = constrain(chain, stage);
     }
     Ok(Prepared {
@@ -577,6 +596,8 @@ pub(crate) fn prepare(
         params,
         prompt_text,
         unknown_fields,
+        schema_dropped,
+        dead_end,
         tools: tool_plan.map(|p| p.mode),
     })
 }
