@@ -26,7 +26,9 @@ wheel_hash() {
 if [ "${1:-}" = "--if-stale" ]; then
   if [ -x "$VENV/bin/python" ] && [ "$(cat "$lock_stamp" 2>/dev/null)" = "$(lock_hash)" ] \
     && [ "$(cat "$wheel_stamp" 2>/dev/null)" = "$(wheel_hash)" ] \
-    && [ "$(cat "$engines_stamp" 2>/dev/null)" = "$(engines_hash)" ]; then
+    && [ "$(cat "$engines_stamp" 2>/dev/null)" = "$(engines_hash)" ] \
+    && "$VENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("llama_cpp_python") != sys.argv[1])' \
+      "$(sed -n 's/^llama-cpp-python==//p' python/requirements-llama-cpp.txt)" 2>/dev/null; then
     echo "setup-python: $VENV and the gauge-sampling wheel are up to date"
     exit 0
   fi
@@ -59,6 +61,22 @@ if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$(engines_hash)" ]; then
   echo "setup-python: installing the mlx and onnxruntime-genai engines"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r python/requirements-engines.txt
   engines_hash > "$engines_stamp"
+fi
+
+# llama-cpp-python (--engine llama-cpp-python, gauge_sampling.llama_cpp; python/requirements-llama-cpp.txt):
+# the index has only its sdist, so it is compiled once into a wheel cached under target/py-wheels/
+# (a lean llama.cpp: no tests, examples, tools or server, no -march=native), then installed from it.
+llama_want="$(sed -n 's/^llama-cpp-python==//p' python/requirements-llama-cpp.txt)"
+llama_have="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
+if [ "$llama_have" != "$llama_want" ]; then
+  if ! ls target/py-wheels/llama_cpp_python-"$llama_want"-*.whl >/dev/null 2>&1; then
+    echo "setup-python: building llama-cpp-python $llama_want (compiles llama.cpp; ~6 min on 2 idle cores)"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+      "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w target/py-wheels \
+      "llama-cpp-python==$llama_want"
+  fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    --only-binary llama-cpp-python --find-links target/py-wheels -r python/requirements-llama-cpp.txt
 fi
 
 echo "setup-python: building the gauge-sampling wheel from this checkout"

@@ -125,15 +125,24 @@ pub fn render_table(s: &ProbeSummary) -> String {
         "validity gate (θ = 1 flips 0 for every op): {}",
         if pass { "PASS" } else { "FAIL" }
     );
-    let z = &s.zero_point;
-    let _ = writeln!(
-        o,
-        "zero point: seen-logit > 0 fraction {:.4}, median top-1 logit {:.3}, own-median flip {:.4}",
-        z.positive_fraction, z.median_top1_logit, z.own_median_flip_rate
-    );
+    match &s.zero_point {
+        Some(z) => {
+            let _ = writeln!(
+                o,
+                "zero point: seen-logit > 0 fraction {:.4}, median top-1 logit {:.3}, own-median flip {:.4}",
+                z.positive_fraction, z.median_top1_logit, z.own_median_flip_rate
+            );
+        }
+        None => {
+            let _ = writeln!(o, "zero point: {NO_ZERO_POINT}");
+        }
+    }
     let _ = writeln!(o, "{}", work_line(s.forward_tokens, s.naive_forward_tokens));
     o
 }
+
+/// Why a run has no zero-point statistics.
+const NO_ZERO_POINT: &str = "not measured (the engine gives no raw logits: a server over HTTP returns tokens, not logit rows)";
 
 /// Does this run repeat the note's A1 design (so its numbers sit in the same table by design)?
 fn matches_note_design(cfg: &ProbeConfig) -> bool {
@@ -165,7 +174,19 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
         s.model,
         stack_note(s.sampler)
     );
-    if !s.sampler.is_gauge() {
+    if s.sampler.is_python() {
+        let _ = writeln!(
+            o,
+            "Logits and decisions by {} ({}): `shift` adds c to every logit, then ctrl is the stack's own penalty ({}), normalized gauge's processor for the stack, subtractive a presence penalty α, then greedy. Decoded by `python -m gauge_sampling probe --engine {}`.\n",
+            s.sampler.title(),
+            cfg.engine.as_ref().map_or("?".into(), |e| {
+                let v: Vec<String> = e.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                format!("{}; {}", e.describe(), v.join(", "))
+            }),
+            s.sampler.ctrl_operator(),
+            s.sampler
+        );
+    } else if !s.sampler.is_gauge() {
         let _ = writeln!(
             o,
             "Decisions by llama.cpp's own chain through the bindings (the note's driver, docs/PROTOCOL.md §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first. llama.cpp has no normalized penalty: normalized runs stay on gauge's operator, so the plan (and every batch) is the gauge run's.\n"
@@ -220,38 +241,44 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
     );
 
     // Table 1
-    let z = &s.zero_point;
     let zt = cfg.zero_point_theta;
     let _ = writeln!(
         o,
         "## Table 1 — where the checkpoint sits on the sign boundary (c = 0, θ = 1)\n"
     );
-    let _ = writeln!(
-        o,
-        "| Model | frac seen-logit > 0 | median top-1 logit | flip @ own-median gauge (θ={zt}) |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|");
-    let _ = writeln!(
-        o,
-        "| **{} (gauge)** | {:.4} | {:.3} | {:.4} |",
-        s.model, z.positive_fraction, z.median_top1_logit, z.own_median_flip_rate
-    );
-    for (m, f, med, flip) in NOTE_ZERO_POINT {
-        let _ = writeln!(o, "| {m} (note) | {f:.4} | {med:.3} | {flip:.4} |");
+    if let Some(z) = &s.zero_point {
+        let _ = writeln!(
+            o,
+            "| Model | frac seen-logit > 0 | median top-1 logit | flip @ own-median gauge (θ={zt}) |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| **{} (gauge)** | {:.4} | {:.3} | {:.4} |",
+            s.model, z.positive_fraction, z.median_top1_logit, z.own_median_flip_rate
+        );
+        for (m, f, med, flip) in NOTE_ZERO_POINT {
+            let _ = writeln!(o, "| {m} (note) | {f:.4} | {med:.3} | {flip:.4} |");
+        }
+        let zd = &a.zero_point;
+        let _ = writeln!(
+            o,
+            "\nMean top-1 logit {:.3} over {} steps; own-median shift c = {}; own-median flips {}/{}; \
+             synthetic flip (c = +{} vs c = 0, ctrl θ = {zt}): {} (note: 0.418–0.912 across its five models).\n",
+            zd.mean_top1_logit,
+            zd.steps,
+            zd.c_natural.map_or("—".into(), |c| format!("{c:.4}")),
+            zd.own_median_flips,
+            zd.own_median_positions,
+            cfg.shift,
+            opt_f(zd.synth_flip_rate, 4)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "Zero-point statistics {NO_ZERO_POINT}; the c = 0 runs and the own-median run were left out of the plan. The flip rates below need only tokens.\n"
+        );
     }
-    let zd = &a.zero_point;
-    let _ = writeln!(
-        o,
-        "\nMean top-1 logit {:.3} over {} steps; own-median shift c = {}; own-median flips {}/{}; \
-         synthetic flip (c = +{} vs c = 0, ctrl θ = {zt}): {} (note: 0.418–0.912 across its five models).\n",
-        zd.mean_top1_logit,
-        zd.steps,
-        zd.c_natural.map_or("—".into(), |c| format!("{c:.4}")),
-        zd.own_median_flips,
-        zd.own_median_positions,
-        cfg.shift,
-        opt_f(zd.synth_flip_rate, 4)
-    );
 
     // Table 2
     let t13 = if cfg.thetas.contains(&1.3) {
@@ -424,11 +451,13 @@ pub fn write_probe_plots(dir: &Path, a: &Analysis) -> Result<Vec<String>, LabErr
             highlight: false,
         })
         .collect();
-    bars.push(Bar {
-        label: short(&s.model),
-        value: s.zero_point.positive_fraction,
-        highlight: true,
-    });
+    if let Some(z) = &s.zero_point {
+        bars.push(Bar {
+            label: short(&s.model),
+            value: z.positive_fraction,
+            highlight: true,
+        });
+    }
     write_svg_png(
         dir,
         "positive_fraction",

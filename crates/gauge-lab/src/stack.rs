@@ -70,6 +70,16 @@ pub enum Stack {
     Hf,
     /// vLLM's own `repetition_penalty` / `presence_penalty`, decoded in Python (`--engine vllm`).
     Vllm,
+    /// llama-cpp-python's `Llama` (llama.cpp's own `penalties` sampler), decoded in Python
+    /// (`--engine llama-cpp-python`).
+    LlamaCppPython,
+    /// Any running OpenAI- or llama-server-compatible server over HTTP (`--engine openai
+    /// --url URL`): the shift as a full-vocabulary `logit_bias`, the server's own penalty.
+    Openai,
+    /// mlx-lm's `make_repetition_penalty`, decoded in Python (`--engine mlx`).
+    Mlx,
+    /// onnxruntime-genai's own `repetition_penalty`, decoded in Python (`--engine ort-genai`).
+    OrtGenai,
 }
 
 impl Stack {
@@ -80,6 +90,37 @@ impl Stack {
             Stack::LlamaCpp => "llama-cpp",
             Stack::Hf => "hf",
             Stack::Vllm => "vllm",
+            Stack::LlamaCppPython => "llama-cpp-python",
+            Stack::Openai => "openai",
+            Stack::Mlx => "mlx",
+            Stack::OrtGenai => "ort-genai",
+        }
+    }
+
+    /// The stack's name in prose (reports).
+    pub fn title(self) -> &'static str {
+        match self {
+            Stack::Gauge => "gauge",
+            Stack::LlamaCpp => "llama.cpp",
+            Stack::Hf => "HF transformers",
+            Stack::Vllm => "vLLM",
+            Stack::LlamaCppPython => "llama-cpp-python",
+            Stack::Openai => "an OpenAI-compatible server",
+            Stack::Mlx => "mlx-lm",
+            Stack::OrtGenai => "onnxruntime-genai",
+        }
+    }
+
+    /// The stack's own penalty that decides ctrl (reports).
+    pub fn ctrl_operator(self) -> &'static str {
+        match self {
+            Stack::Gauge => "gauge's `ctrl` operator",
+            Stack::LlamaCpp | Stack::LlamaCppPython => "llama.cpp's `penalties` sampler",
+            Stack::Hf => "`RepetitionPenaltyLogitsProcessor`",
+            Stack::Vllm => "`repetition_penalty`",
+            Stack::Openai => "the server's `repeat_penalty` / `repetition_penalty`",
+            Stack::Mlx => "`make_repetition_penalty`",
+            Stack::OrtGenai => "`repetition_penalty`",
         }
     }
 
@@ -92,18 +133,23 @@ impl Stack {
         }
     }
 
-    /// Parse any stack name, including the Python engines (hf, vllm).
+    /// Parse any stack name, including the Python engines (hf, vllm, llama-cpp-python, openai,
+    /// mlx, ort-genai).
     pub fn parse_any(s: &str) -> Option<Stack> {
         match s.trim() {
             "hf" | "transformers" => Some(Stack::Hf),
             "vllm" => Some(Stack::Vllm),
+            "llama-cpp-python" | "llama_cpp" => Some(Stack::LlamaCppPython),
+            "openai" => Some(Stack::Openai),
+            "mlx" | "mlx-lm" => Some(Stack::Mlx),
+            "ort-genai" | "onnxruntime-genai" => Some(Stack::OrtGenai),
             other => Stack::parse(other),
         }
     }
 
     /// Is the stack decoded by the Python package (its logits from torch), not by [`crate::run`]?
     pub fn is_python(self) -> bool {
-        matches!(self, Stack::Hf | Stack::Vllm)
+        !matches!(self, Stack::Gauge | Stack::LlamaCpp)
     }
 
     /// Refuse a Python stack where the Rust decode would run (it would silently decide with
@@ -113,7 +159,7 @@ impl Stack {
             return Err(LabError::config(
                 "sampler",
                 self,
-                "gauge or llama-cpp (hf and vllm runs are decoded by `python -m gauge_sampling`)",
+                "gauge or llama-cpp (the Python engines' runs are decoded by `python -m gauge_sampling`)",
             ));
         }
         Ok(())
@@ -129,10 +175,11 @@ impl Stack {
     /// operator.)
     pub fn decides(self, op: Op) -> bool {
         match self {
-            // HF and vLLM decide every op: their own penalties for ctrl and subtractive, gauge's
-            // processor for their stack (`gauge_sampling.hf` / `.vllm`) for normalized.
-            Stack::Gauge | Stack::Hf | Stack::Vllm => true,
+            // The Python engines decide every op: their own penalties for ctrl and subtractive,
+            // gauge's processor for their stack (`gauge_sampling.hf` / `.vllm` / ...) for
+            // normalized.
             Stack::LlamaCpp => matches!(op, Op::Ctrl | Op::Subtractive),
+            _ => true,
         }
     }
 
@@ -192,7 +239,7 @@ pub(crate) fn check_engine(
         (true, None, _) => Err(LabError::config(
             "engine",
             "null",
-            "the device, dtype and versions of the hf / vllm run",
+            "the device, dtype and versions of the Python engine's run",
         )),
         (false, Some(e), _) => Err(LabError::config(
             "engine",
@@ -202,7 +249,7 @@ pub(crate) fn check_engine(
         (true, Some(_), Some(n)) => Err(LabError::config(
             "window",
             n,
-            "none for hf and vllm (their penalties see the whole prompt and output)",
+            "none for the Python engines (their seen set is `--seen`: the protocol's whole prompt and output, or the engine's own default, recorded in `engine.options`)",
         )),
         _ => Ok(()),
     }
@@ -274,6 +321,20 @@ mod tests {
         assert!(Stack::Hf.footnote(&Op::ALL).is_none());
         assert!(Stack::Hf.check_rust_decodable().is_err());
         assert!(Stack::LlamaCpp.check_rust_decodable().is_ok());
+        for s in [
+            Stack::LlamaCppPython,
+            Stack::Openai,
+            Stack::Mlx,
+            Stack::OrtGenai,
+        ] {
+            assert_eq!(Stack::parse_any(s.name()), Some(s));
+            assert_eq!(Stack::parse(s.name()), None);
+            assert!(s.is_python() && s.check_rust_decodable().is_err());
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.name())
+            );
+        }
     }
 
     #[cfg(feature = "llama")]

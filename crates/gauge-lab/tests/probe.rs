@@ -88,7 +88,7 @@ fn shared_tree_matches_an_unshared_naive_run_with_fewer_forward_tokens() {
     assert!(flip(&a, Op::Ctrl, 1.3) > 0.2, "{a:?}");
     assert_eq!(flip(&a, Op::Normalized, 1.3), 0.0);
     assert_eq!(flip(&a, Op::Subtractive, 1.3), 0.0);
-    assert!(a.zero_point.own_median_flip_rate > 0.0);
+    assert!(a.zero_point.as_ref().unwrap().own_median_flip_rate > 0.0);
 
     // Identical decisions, identical statistics; only the work differs.
     assert_eq!(
@@ -308,9 +308,9 @@ fn zero_point_tracks_the_sources_offset() {
         });
         let tok = WordCodec::new(512);
         let s = run_probe(&mut src, &tok, &cfg, &tmp(&format!("zp{offset}")), false).unwrap();
-        assert_eq!(s.zero_point.positive_fraction, frac);
+        assert_eq!(s.zero_point.as_ref().unwrap().positive_fraction, frac);
         // top-1 = offset + noise (< spread) + peak + one echo boost per recent occurrence
-        let m = s.zero_point.median_top1_logit;
+        let m = s.zero_point.as_ref().unwrap().median_top1_logit;
         assert!(
             m > f64::from(offset) && m < f64::from(offset) + 6.0 + 5.0 + 6.0 * 4.5,
             "{m}"

@@ -836,20 +836,16 @@ fn json_report(cfg: &JsonConfig, s: &JsonSummary, lines: &[JsonLine], plots: &[S
                 "Decisions by llama.cpp's own `penalties → greedy` chain through the bindings (the note's A2 llama.cpp driver), prompt accepted into the window first; normalized runs stay on gauge's operator (llama.cpp has none).\n"
             );
         }
-        Stack::Hf | Stack::Vllm => {
+        other => {
             let _ = writeln!(
                 o,
                 "Logits and decisions by {} ({}): ctrl is the stack's own penalty ({}), normalized gauge's processor for the stack, subtractive a presence penalty on the prompt and output; end-of-generation tokens and the chat template are the stack's tokenizer's. Decoded by `python -m gauge_sampling json --engine {}`.\n",
-                if s.sampler == Stack::Hf { "HF transformers" } else { "vLLM" },
+                other.title(),
                 cfg.engine.as_ref().map_or("?".into(), |e| {
                     let v: Vec<String> = e.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
                     format!("{}; {}", e.describe(), v.join(", "))
                 }),
-                if s.sampler == Stack::Hf {
-                    "`RepetitionPenaltyLogitsProcessor`"
-                } else {
-                    "`repetition_penalty`"
-                },
+                other.ctrl_operator(),
                 s.sampler
             );
         }

@@ -252,7 +252,7 @@ pub fn analyze(cfg: &ProbeConfig, lines: &[RawLine]) -> Analysis {
         model: cfg.model.clone(),
         sampler: cfg.sampler,
         conditions: summaries,
-        zero_point,
+        zero_point: cfg.zero_point.then_some(zero_point),
         forward_tokens: lines.iter().map(|l| l.forward_tokens).sum(),
         naive_forward_tokens: lines.iter().map(|l| l.naive_forward_tokens).sum(),
     };

@@ -49,9 +49,22 @@ pub struct ProbeConfig {
     /// stays on gauge's operator).
     #[serde(default, skip_serializing_if = "Stack::is_gauge")]
     pub sampler: Stack,
-    /// Device, dtype and versions of an hf / vllm run (absent for gauge and llama-cpp).
+    /// Device, dtype and versions of a Python engine's run (absent for gauge and llama-cpp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineInfo>,
+    /// Measure the zero-point statistics (the c = 0 runs and the own-median phase). `false` only
+    /// for an engine without raw logits (a server over HTTP, `--engine openai`): the plan leaves
+    /// those runs out and the report says why. Left out of the JSON when true (run ids as before).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub zero_point: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Default for ProbeConfig {
@@ -71,6 +84,7 @@ impl Default for ProbeConfig {
             batch_prefixes: 10,
             sampler: Stack::Gauge,
             engine: None,
+            zero_point: true,
         }
     }
 }
@@ -116,6 +130,13 @@ impl ProbeConfig {
         check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
         check_count("batch_prefixes", self.batch_prefixes, usize::MAX)?;
         check_engine(self.sampler, self.engine.as_ref(), self.window)?;
+        if !self.zero_point && !self.sampler.is_python() {
+            return Err(LabError::config(
+                "zero_point",
+                false,
+                "true for the gauge and llama-cpp stacks (they see raw logits)",
+            ));
+        }
         Ok(())
     }
 
@@ -141,6 +162,9 @@ impl ProbeConfig {
                 }
             }
         }
+        if !self.zero_point {
+            return v;
+        }
         v.push(RunSpec {
             role: Role::ZeroPoint,
             op: Op::Ctrl,
@@ -158,12 +182,13 @@ impl ProbeConfig {
         v
     }
 
-    /// The same grid on another stack: equal up to `sampler` and `engine` (a cross-stack
-    /// comparison needs identical plans).
+    /// The same grid on another stack: equal up to `sampler`, `engine` and `zero_point` (the
+    /// flip runs, which the cross-stack table compares, are the same).
     pub fn same_grid(&self, other: &ProbeConfig) -> bool {
         let strip = |c: &ProbeConfig| ProbeConfig {
             sampler: Stack::Gauge,
             engine: None,
+            zero_point: true,
             ..c.clone()
         };
         strip(self) == strip(other)

@@ -93,6 +93,9 @@ impl ExternalProbe {
     /// Chunks of `phase` (0: flip + zero-point runs, 1: the own-median run) not yet complete.
     pub fn pending_chunks(&self, phase: u8) -> Result<Vec<usize>, LabError> {
         check_phase(phase)?;
+        if phase == 1 && !self.cfg.zero_point {
+            return Ok(Vec::new()); // no own-median run without the zero-point statistics
+        }
         let done = self.dir_done(phase);
         Ok((0..self.cfg.n_chunks())
             .filter(|k| !done.contains(k))
@@ -114,6 +117,13 @@ impl ExternalProbe {
         check_phase(phase)?;
         if phase == 0 {
             return Ok(self.cfg.flip_plan());
+        }
+        if !self.cfg.zero_point {
+            return Err(LabError::config(
+                "phase",
+                1,
+                "0 only (zero_point is false: no own-median run)",
+            ));
         }
         let pending = self.pending_chunks(0)?;
         if !pending.is_empty() {

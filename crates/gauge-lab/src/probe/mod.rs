@@ -87,7 +87,10 @@ pub struct ProbeSummary {
     #[serde(default, skip_serializing_if = "Stack::is_gauge")]
     pub sampler: Stack,
     pub conditions: Vec<ConditionSummary>,
-    pub zero_point: ZeroPointSummary,
+    /// The zero-point statistics; absent when the run could not measure them (`zero_point:
+    /// false` in the configuration: an engine without raw logits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_point: Option<ZeroPointSummary>,
     /// Tokens the model evaluated (prefill + decode) with sharing.
     pub forward_tokens: u64,
     /// Tokens an unshared run (every run its own prefill and decode) would evaluate.

@@ -246,7 +246,7 @@ pub fn check_external_inputs(
         return Err(LabError::config(
             "sampler",
             sampler,
-            &format!("hf or vllm (gauge and llama-cpp run in `{command}`)"),
+            &format!("a Python engine (gauge and llama-cpp run in `{command}`)"),
         ));
     }
     if prompts.len() != want {

@@ -99,6 +99,44 @@ def hf_folder(ref: ModelRef) -> Path:
     return target
 
 
+def f32_gguf(ref: ModelRef) -> Path:
+    """The model's GGUF with every tensor dequantized to F32 and its metadata kept (what
+    scripts/gguf-to-f32.py writes): the weights HF transformers computes in float32 after its own
+    dequantization, for a GGUF engine (llama-cpp-python). Converted once and cached under gauge's
+    cache (``f32-gguf/<stem>-<sha256[:16]>.F32.gguf``)."""
+    import gguf
+    import numpy as np
+
+    src = ref.gguf
+    if src is None:
+        raise ValueError(f"--model {ref.label}: a GGUF engine needs a GGUF or a registry name")
+    target = _cache_root() / "f32-gguf" / f"{src.stem}-{_sha256(src)[:16]}.F32.gguf"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    for f in reader.fields.values():
+        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF."):
+            continue
+        if f.name == gguf.Keys.General.FILE_TYPE:
+            writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    for t in reader.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        writer.add_tensor(t.name, data, raw_dtype=gguf.GGMLQuantizationType.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.rename(target)
+    return target
+
+
 def load_engine_model(ref: ModelRef, dtype: str, device: str):
     """(model, tokenizer) for the hf engine: a GGUF is read through its cached float32
     conversion (``hf_folder``, made on first use by transformers' own dequantization), which

@@ -1,0 +1,207 @@
+"""llama-cpp-python: the instrument's engine (`python -m gauge_sampling probe --engine
+llama-cpp-python`, the 8 × 32 grid against the float32 reference) and the fix as a drop-in
+(`gauge_sampling.llama_cpp`: the LogitsProcessor, and libgauge's C sampler through
+llama-cpp-python's low-level API), all on the real library and the default model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATA, ROOT, need, need_import
+
+llama_cpp = need_import("llama_cpp")
+gs = need_import("gauge_sampling")
+
+from gauge_sampling.llama_cpp import LogitsProcessor  # noqa: E402
+
+REF = json.loads((DATA / "engines-reference.json").read_text())
+SMALL = REF["grids"]["small"]
+MODEL = "smollm2-135m-instruct"
+PROMPTS = (
+    "The history of the city begins in",
+    "Once upon a time there was a little robot who",
+    "The following is a list of the largest lakes:",
+)
+N = 32
+THETA = 1.3
+
+
+def probe(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "gauge_sampling", "probe", "--engine", "llama-cpp-python", "--model", MODEL]
+    cmd += SMALL["flags"] + ["--out", str(out), "--json", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def llm(gguf):
+    m = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=os.cpu_count() or 1, seed=0, verbose=False)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(llm) -> list[list[int]]:
+    return [llm.tokenize(p.encode()) for p in PROMPTS]
+
+
+def greedy(llm, prompt, **kw) -> list[int]:
+    out = []
+    for t in llm.generate(prompt, temp=0.0, **kw):
+        out.append(int(t))
+        if len(out) == N:
+            break
+    return out
+
+
+def shift(c: float):
+    c = np.float32(c)
+    return lambda ids, z: (z + c).astype(np.float32)
+
+
+def procs(*ps):
+    return llama_cpp.LogitsProcessorList(list(ps))
+
+
+# --- the fix: gauge_sampling.llama_cpp.LogitsProcessor --------------------------------------------
+
+
+def test_ctrl_processor_is_llamas_own_penalty_token_for_token(llm, prompts):
+    """mode="ctrl" on llama-cpp-python's default scope (last 64 generated tokens) == its own
+    repeat_penalty (llama.cpp's penalties sampler), and the penalty acts."""
+    acted = 0
+    for p in prompts:
+        own = greedy(llm, p, repeat_penalty=THETA)
+        ours = greedy(llm, p, repeat_penalty=1.0, logits_processor=procs(LogitsProcessor(THETA, "ctrl")))
+        assert ours == own, (p, own, ours)
+        acted += own != greedy(llm, p, repeat_penalty=1.0)
+    assert acted > 0, "θ = 1.3 changed no token: the comparison tests nothing"
+
+
+def test_normalized_processor_is_shift_invariant_and_ctrl_is_not(llm, prompts):
+    diff_ctrl = 0
+    for p in prompts:
+        a = greedy(llm, p, repeat_penalty=1.0, logits_processor=procs(shift(5), LogitsProcessor(THETA)))
+        b = greedy(llm, p, repeat_penalty=1.0, logits_processor=procs(shift(-5), LogitsProcessor(THETA)))
+        assert a == b, (p, a, b)
+        # llama.cpp's own penalty after the same shift (its logits_processor runs first).
+        ca = greedy(llm, p, repeat_penalty=THETA, logits_processor=procs(shift(5)))
+        cb = greedy(llm, p, repeat_penalty=THETA, logits_processor=procs(shift(-5)))
+        diff_ctrl += sum(x != y for x, y in zip(ca, cb))
+    assert diff_ctrl > 0, "ctrl flipped nothing under ±5: the invariance shows nothing"
+
+
+def test_requests_without_the_processor_are_untouched(llm, prompts):
+    for p in prompts:
+        plain = greedy(llm, p, repeat_penalty=1.0)
+        # θ = 1 is a no-op, and a request after one with the processor is plain greedy again.
+        assert greedy(llm, p, repeat_penalty=1.0, logits_processor=procs(LogitsProcessor(1.0))) == plain
+        greedy(llm, p, repeat_penalty=1.0, logits_processor=procs(LogitsProcessor(THETA)))
+        assert greedy(llm, p, repeat_penalty=1.0) == plain
+
+
+def test_logits_processor_is_what_llama_runs_before_its_penalties():
+    """The plug-in point, read in the installed source: the custom sampler is added before
+    add_penalties in Llama._init_sampler."""
+    import inspect
+
+    src = inspect.getsource(llama_cpp.Llama._init_sampler)
+    assert src.index("add_custom") < src.index("add_penalties"), src
+
+
+# --- the C sampler route: libgauge in a llama.cpp chain ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def libgauge():
+    from gauge_sampling.llama_cpp import libgauge as load
+
+    path = ROOT / "target" / "release" / "libgauge.so"
+    need(path.exists(), f"{path} is missing: cargo build --release -p gauge-capi")
+    return load(str(path))
+
+
+def test_c_sampler_ctrl_is_llamas_own_penalty(llm, prompts, libgauge):
+    from gauge_sampling.llama_cpp import generate_c
+
+    for p in prompts:
+        own = greedy(llm, p, repeat_penalty=THETA)
+        assert generate_c(llm, libgauge, p, N, THETA, "ctrl") == own, p
+
+
+def test_c_sampler_normalized_is_shift_invariant(llm, prompts, libgauge):
+    from gauge_sampling.llama_cpp import generate_c
+
+    diff_ctrl = 0
+    for p in prompts:
+        a = generate_c(llm, libgauge, p, N, THETA, "normalized", shift=5.0)
+        b = generate_c(llm, libgauge, p, N, THETA, "normalized", shift=-5.0)
+        assert a == b, p
+        ca = generate_c(llm, libgauge, p, N, THETA, "ctrl", shift=5.0)
+        cb = generate_c(llm, libgauge, p, N, THETA, "ctrl", shift=-5.0)
+        diff_ctrl += sum(x != y for x, y in zip(ca, cb))
+    assert diff_ctrl > 0
+
+
+# --- the instrument's engine ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def out_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("llama-cpp-python")
+
+
+@pytest.fixture(scope="module")
+def protocol_run(out_root, gguf):
+    r = probe(out_root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def run_config(root: Path, seen_prefix: str) -> dict:
+    for d in root.iterdir():
+        f = d / "config.json"
+        if f.exists():
+            cfg = json.loads(f.read_text())
+            seen = cfg.get("engine", {}).get("options", {}).get("seen", "")
+            if cfg.get("sampler") == "llama-cpp-python" and seen.startswith(seen_prefix):
+                return cfg | {"dir": str(d)}
+    raise AssertionError(f"no llama-cpp-python run with seen {seen_prefix} under {root}")
+
+
+def test_engine_reproduces_the_float32_reference(protocol_run, out_root):
+    s = protocol_run
+    conds = {(c["op"], c["theta"]): c for c in s["conditions"]}
+    for op in ("ctrl", "normalized", "subtractive"):
+        assert conds[(op, 1.0)]["flip_rate"] == 0.0, f"gate: {op}"
+        assert conds[(op, 1.0)]["positions"] == SMALL["positions"]
+    assert conds[("normalized", 1.3)]["flip_rate"] == 0.0
+    assert conds[("subtractive", 1.3)]["flip_rate"] == 0.0
+    ctrl = conds[("ctrl", 1.3)]["flip_rate"]
+    print(f"llama-cpp-python, protocol seen set: ctrl θ=1.3 flip {ctrl:.4f}")
+    assert abs(ctrl - SMALL["ctrl_flip_theta_1_3"]) <= REF["tolerance"]["hf_ctrl_flip"], ctrl
+    zp = s["zero_point"]
+    assert abs(zp["positive_fraction"] - SMALL["positive_fraction"]) <= REF["tolerance"]["positive_fraction"]
+    assert abs(zp["median_top1_logit"] - SMALL["median_top1_logit"]) <= REF["tolerance"]["median_top1_logit"]
+    cfg = run_config(out_root, "protocol")
+    opts = cfg["engine"]["options"]
+    assert float(opts["logits_max_abs_diff_vs_hf_fp32"]) <= 1e-3, opts
+    assert "llama_cpp_python" in cfg["engine"]["versions"]
+    report = (Path(cfg["dir"]) / "REPORT.md").read_text()
+    assert "llama-cpp-python" in report and "llama.cpp's `penalties` sampler" in report
+
+
+def test_engine_default_seen_set_is_recorded(protocol_run, out_root):
+    r = probe(out_root, "--seen", "engine", "--ops", "ctrl")  # ctrl only: what θ means as shipped
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    conds = {(c["op"], c["theta"]): c for c in s["conditions"]}
+    assert conds[("ctrl", 1.0)]["flip_rate"] == 0.0
+    print(f"llama-cpp-python as shipped: ctrl θ=1.3 flip {conds[('ctrl', 1.3)]['flip_rate']:.4f}")
+    cfg = run_config(out_root, "engine")
+    assert cfg["engine"]["options"]["seen"] == "engine: last 64 sampled tokens, prompt not accepted"
