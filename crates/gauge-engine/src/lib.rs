@@ -59,7 +59,7 @@
 
 #[cfg(feature = "llama")]
 pub mod batch;
-#[cfg(feature = "llama")]
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod error;
 #[cfg(feature = "llama")]

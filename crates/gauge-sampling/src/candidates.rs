@@ -12,8 +12,11 @@ pub type TokenId = i32;
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[repr(C)]
 pub struct TokenData {
+    /// The token id.
     pub id: TokenId,
+    /// Its logit.
     pub logit: f32,
+    /// Its probability, once a stage has computed one (llama.cpp's `p`).
     pub p: f32,
 }
 
@@ -140,6 +143,7 @@ impl Candidates {
     }
 
     #[inline]
+    /// True when no candidate is live.
     pub fn is_empty(&self) -> bool {
         self.end == self.start
     }
@@ -154,7 +158,7 @@ impl Candidates {
 
     /// Drop the first `n` live entries, as XTC's `data += n` does.
     #[inline]
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         let n = n.min(self.len());
         self.start += n;
     }

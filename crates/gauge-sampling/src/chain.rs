@@ -63,6 +63,54 @@ pub fn row_flags(logits: &[f32]) -> (bool, bool) {
 }
 }
 
+/// Fast-path counters (`testing` feature): how the steps of this thread's chains went, so a test
+/// that compares the fast path with the fill path can prove the fast path actually ran.
+#[cfg(feature = "testing")]
+pub mod testing {
+    use std::cell::Cell;
+
+    /// Steps counted since the thread started (subtract two readings for a span).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct FastPathCounts {
+        /// Fast-path steps whose first dense stage built the array straight from the row.
+        pub from_row: u64,
+        /// Fast-path steps that fell back to the fill (no such stage, or it declined).
+        pub declined: u64,
+        /// Steps of chains with the fast path switched off.
+        pub fill: u64,
+    }
+
+    impl std::ops::Sub for FastPathCounts {
+        type Output = FastPathCounts;
+        fn sub(self, o: FastPathCounts) -> FastPathCounts {
+            FastPathCounts {
+                from_row: self.from_row - o.from_row,
+                declined: self.declined - o.declined,
+                fill: self.fill - o.fill,
+            }
+        }
+    }
+
+    thread_local! {
+        static COUNTS: Cell<FastPathCounts> = const {
+            Cell::new(FastPathCounts { from_row: 0, declined: 0, fill: 0 })
+        };
+    }
+
+    /// This thread's counts so far.
+    pub fn counts() -> FastPathCounts {
+        COUNTS.with(|c| c.get())
+    }
+
+    pub(super) fn count(f: impl FnOnce(&mut FastPathCounts)) {
+        COUNTS.with(|c| {
+            let mut v = c.get();
+            f(&mut v);
+            c.set(v);
+        });
+    }
+}
+
 impl Chain {
     /// A chain over `stages` (in order) for a vocabulary of `n_vocab` logits.
     pub fn from_stages(n_vocab: usize, stages: Vec<Box<dyn Sampler>>) -> Self {
@@ -165,6 +213,8 @@ impl Chain {
         let res = if self.fast {
             self.apply_fast(logits, &mut cur)
         } else {
+            #[cfg(feature = "testing")]
+            testing::count(|c| c.fill += 1);
             self.validate_row(logits).map(|()| {
                 cur.fill(logits);
                 self.apply(&mut cur);
@@ -201,6 +251,11 @@ impl Chain {
             Some(st) => st.apply_from_row(logits, &self.overlay, cur),
             None => FromRow::Declined,
         };
+        #[cfg(feature = "testing")]
+        testing::count(|c| match from_row {
+            FromRow::Done => c.from_row += 1,
+            _ => c.declined += 1,
+        });
         match from_row {
             FromRow::Done => i += 1,
             // Invalid: the row check below reports the exact entry. Should a stage ever call a
@@ -593,6 +648,7 @@ impl<'v> ChainBuilder<'v> {
         self
     }
 
+    /// The seed of every random stage (`0xFFFFFFFF` = a random seed).
     pub fn with_seed(mut self, seed: u32) -> Self {
         self.params.seed = seed;
         self
@@ -611,37 +667,44 @@ impl<'v> ChainBuilder<'v> {
         self
     }
 
+    /// Top-k (`<= 0` = off).
     pub fn with_top_k(mut self, k: i32) -> Self {
         self.params.top_k = k;
         self
     }
 
+    /// Top-p (`>= 1` = off).
     pub fn with_top_p(mut self, p: f32) -> Self {
         self.params.top_p = p;
         self
     }
 
+    /// Min-p (`<= 0` = off).
     pub fn with_min_p(mut self, p: f32) -> Self {
         self.params.min_p = p;
         self
     }
 
+    /// Locally typical sampling (`>= 1` = off).
     pub fn with_typical_p(mut self, p: f32) -> Self {
         self.params.typical_p = p;
         self
     }
 
+    /// Top-n-sigma (`<= 0` = off).
     pub fn with_top_n_sigma(mut self, n: f32) -> Self {
         self.params.top_n_sigma = n;
         self
     }
 
+    /// XTC: removal `probability` (`<= 0` = off) and `threshold` (`> 0.5` = off).
     pub fn with_xtc(mut self, probability: f32, threshold: f32) -> Self {
         self.params.xtc_probability = probability;
         self.params.xtc_threshold = threshold;
         self
     }
 
+    /// Minimum candidates kept by top-p, min-p, typical and XTC.
     pub fn with_min_keep(mut self, n: i32) -> Self {
         self.params.min_keep = n;
         self
@@ -656,6 +719,7 @@ impl<'v> ChainBuilder<'v> {
         self
     }
 
+    /// How the repeat penalty is applied (`ctrl`, llama.cpp's rule, or `normalized`).
     pub fn with_penalty_mode(mut self, mode: PenaltyMode) -> Self {
         self.params.repeat_penalty_mode = mode;
         self
@@ -667,6 +731,7 @@ impl<'v> ChainBuilder<'v> {
         self
     }
 
+    /// Count each token at most once for the frequency penalty.
     pub fn with_penalty_once_per_token(mut self, yes: bool) -> Self {
         self.params.penalty_once_per_token = yes;
         self

@@ -10,13 +10,21 @@ pub enum SamplingError {
     /// A parameter is outside the range it is allowed to take.
     #[error("invalid value for `{field}`: {value} (allowed: {allowed})")]
     Param {
+        /// The request field.
         field: String,
+        /// The value sent.
         value: String,
+        /// What the field accepts.
         allowed: String,
     },
     /// A logit is NaN or +inf (-inf is a legitimate ban).
     #[error("logit at token {index} is {value}: logits must be finite or -inf")]
-    NonFiniteLogit { index: usize, value: f32 },
+    NonFiniteLogit {
+        /// The token id (the row's index).
+        index: usize,
+        /// The logit found there.
+        value: f32,
+    },
     /// Every logit is -inf: nothing can be sampled.
     #[error("every logit is -inf: nothing can be sampled")]
     NoFiniteLogit,
@@ -25,12 +33,20 @@ pub enum SamplingError {
     Empty(String),
     /// The logit row does not have the chain's vocabulary size.
     #[error("logit row has {got} entries but the chain was built for n_vocab = {expected}")]
-    RowLength { expected: usize, got: usize },
+    RowLength {
+        /// The chain's vocabulary size.
+        expected: usize,
+        /// The row's length.
+        got: usize,
+    },
     /// A token id is not in `0..n_vocab`.
     #[error("token id {token} in `{field}` is out of range (n_vocab = {n_vocab})")]
     TokenOutOfRange {
+        /// The request field.
         field: String,
+        /// The token id sent.
         token: i64,
+        /// The vocabulary size.
         n_vocab: usize,
     },
     /// A sampler name in `samplers` / `--samplers` is not known.
@@ -43,26 +59,35 @@ pub enum SamplingError {
     #[error(
         "`{field}` uses the string {value:?}, which needs a vocabulary; pass token ids instead"
     )]
-    NeedsVocab { field: String, value: String },
+    NeedsVocab {
+        /// The request field.
+        field: String,
+        /// The string that needs a vocabulary.
+        value: String,
+    },
     /// Malformed JSON for a request or config.
     #[error("malformed JSON: {0}")]
     Json(String),
-    /// A feature llama.cpp has that gauge does not implement.
-    #[error("unsupported: {0}")]
-    Unsupported(String),
     /// A field another engine (HF, vLLM, older llama.cpp) reads, set to a value gauge cannot honour.
     #[error("`{field}` = {value} is not supported: {detail}")]
     NotSupported {
+        /// The request field.
         field: String,
+        /// The value sent.
         value: String,
+        /// Why, and what to send instead.
         detail: String,
     },
     /// Two names of one setting (e.g. `max_tokens` and `max_completion_tokens`) with different values.
     #[error("`{first}` = {first_value} and `{second}` = {second_value} name the same setting with different values; send one of them")]
     ConflictingAliases {
+        /// The first name sent.
         first: String,
+        /// Its value.
         first_value: String,
+        /// The other name sent.
         second: String,
+        /// Its value.
         second_value: String,
     },
 }
@@ -93,4 +118,5 @@ impl SamplingError {
     }
 }
 
+/// The crate's result type: [`SamplingError`] unless said otherwise.
 pub type Result<T, E = SamplingError> = std::result::Result<T, E>;

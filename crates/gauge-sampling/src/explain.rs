@@ -23,6 +23,7 @@ use crate::error::{Result, SamplingError};
 /// One candidate as one stage saw it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CandidateView {
+    /// The token id.
     pub id: TokenId,
     /// The token's text, when the caller labelled the step ([`StepExplain::label`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -31,7 +32,9 @@ pub struct CandidateView {
     pub logit_before: Option<f32>,
     /// Logit leaving the stage (`None`: removed or `-inf`).
     pub logit: Option<f32>,
+    /// Probability entering the stage.
     pub p_before: f64,
+    /// Probability leaving the stage.
     pub p: f64,
 }
 
@@ -47,9 +50,11 @@ pub struct StageExplain {
     pub shift_reason: Option<&'static str>,
     /// Live candidates entering and leaving the stage.
     pub n_before: usize,
+    /// Live candidates leaving the stage.
     pub n_after: usize,
     /// Entropy (nats) of the distribution entering and leaving the stage.
     pub entropy_before: f64,
+    /// Entropy (nats) leaving the stage.
     pub entropy: f64,
     /// Candidates, most probable (before or after) first; cut by [`StepExplain::truncate`].
     pub candidates: Vec<CandidateView>,
@@ -61,15 +66,19 @@ pub struct StageExplain {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub state_before: Vec<(&'static str, f32)>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Feedback state after the stage.
     pub state: Vec<(&'static str, f32)>,
 }
 
 /// The token the chain selected.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Selected {
+    /// The token id.
     pub id: TokenId,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The token's text, when the caller labelled the step.
     pub token: Option<String>,
+    /// Its logit in the final array.
     pub logit: f32,
     /// Its probability in the final distribution.
     pub p: f64,
@@ -78,7 +87,9 @@ pub struct Selected {
 /// One explained step: every stage in chain order, then the selection.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct StepExplain {
+    /// Every stage, in chain order.
     pub stages: Vec<StageExplain>,
+    /// The token the chain selected.
     pub selected: Selected,
 }
 
@@ -326,7 +337,9 @@ pub fn shift_step(
 /// per-stage records); the playground's shift slider shows this for `ctrl` and `normalized`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct FinalView {
+    /// The shift added to every logit.
     pub c: f32,
+    /// The token the chain selected on the shifted row.
     pub selected: TokenId,
     /// `(id, p)`, most probable first.
     pub top: Vec<(TokenId, f64)>,

@@ -91,6 +91,7 @@ pub const SAMPLING_FIELDS: &[&str] = &[
 /// nothing) is accepted; anything else is refused with `instead`.
 #[derive(Debug)]
 pub struct Refused {
+    /// The request field's name.
     pub name: &'static str,
     /// Who sends it.
     pub from: &'static str,

@@ -7,7 +7,7 @@
 //! tokens are multiplied and which are divided.
 //!
 //! Two tools:
-//! * [`classify`] / [`is_shift_invariant`]: what each stage declares ([`crate::Sampler::shift`]), from its
+//! * [`crate::Chain::shift_report`] / [`is_shift_invariant`]: what each stage declares ([`crate::Sampler::shift`]), from its
 //!   configuration alone.
 //! * [`check`]: runs one step of the chain on `z + c` and on `z − c` from the same state and compares
 //!   the chosen tokens and the final distributions.
@@ -53,11 +53,6 @@ impl GaugeReport {
     }
 }
 
-/// Each stage's declared shift behaviour, in chain order.
-pub fn classify(chain: &Chain) -> Vec<(String, Shift)> {
-    chain.shift_report()
-}
-
 /// True when every stage of the chain declares itself shift-invariant.
 pub fn is_shift_invariant(chain: &Chain) -> bool {
     chain.stages().iter().all(|s| s.shift().is_invariant())
@@ -84,7 +79,7 @@ pub fn check(chain: &Chain, logits: &[f32], history: &[TokenId], c: f32) -> Resu
         token_minus,
         tokens_agree: token_plus == token_minus,
         max_abs_dp: max_abs_dp(&final_plus, &final_minus),
-        stages: classify(chain),
+        stages: chain.shift_report(),
     })
 }
 

@@ -57,7 +57,72 @@
 //! # Ok::<(), gauge_sampling::SamplingError>(())
 //! ```
 
+//!
+//! ## Writing your own stage
+//!
+//! A stage is a [`Sampler`]: `apply` transforms the candidate array in place (llama.cpp's
+//! `llama_sampler_i::apply`), `accept` sees every accepted token, and `shift` says whether the
+//! stage's output survives adding a constant to every logit. Any `Clone` stage gets `box_clone`
+//! for free. Put it in a chain with the library's own stages (each has `X::new(..)`, re-exported
+//! from [`samplers`]) through [`Chain::from_stages`]:
+//!
+//! ```
+//! use gauge_sampling::samplers::{Greedy, TopK};
+//! use gauge_sampling::{Candidates, Chain, Sampler, Shift};
+//!
+//! /// Ban one token.
+//! #[derive(Clone, Debug)]
+//! struct Ban(i32);
+//!
+//! impl Sampler for Ban {
+//!     fn name(&self) -> &str {
+//!         "ban"
+//!     }
+//!     fn apply(&mut self, cur: &mut Candidates) {
+//!         for t in cur.as_mut_slice() {
+//!             if t.id == self.0 {
+//!                 t.logit = f32::NEG_INFINITY;
+//!             }
+//!         }
+//!     }
+//!     fn shift(&self) -> Shift {
+//!         Shift::Invariant // a ban does not depend on where the logits sit
+//!     }
+//! }
+//!
+//! let stages: Vec<Box<dyn Sampler>> =
+//!     vec![Box::new(Ban(1)), Box::new(TopK::new(2)), Box::new(Greedy::new())];
+//! let mut chain = Chain::from_stages(4, stages);
+//! assert_eq!(chain.describe(), "logits -> ban -> top-k -> greedy ");
+//! assert_eq!(chain.sample(&[0.0, 3.0, 2.0, 1.0])?, 2); // token 1 is banned
+//! # Ok::<(), gauge_sampling::SamplingError>(())
+//! ```
+//!
+//! ## The row fast path
+//!
+//! By default a chain does not fill a candidate for every token of the vocabulary: stages that can
+//! act sparsely ([`Sampler::apply_sparse`]: penalties, DRY, logit bias, temperature) record edits
+//! over the untouched row, and the first dense stage ([`Sampler::apply_from_row`]: top-k, dist,
+//! greedy, mirostat) reads row + edits once and leaves a small array. It picks the same token, bit
+//! for bit, as llama.cpp's fill path; a stage that implements neither method simply gets the fill
+//! path. [`Chain::with_fast_path`]`(false)` switches it off (every step fills the full array, as
+//! llama.cpp does), e.g. to inspect every candidate in [`Chain::last_candidates`]. The kernels
+//! pick AVX-512, AVX2 or baseline code at run time ([`simd`]; `GAUGE_SIMD=baseline|avx2` caps
+//! it), with the same arithmetic in the same order on every level.
+//!
+//! ## Features
+//!
+//! * `bench`: synthetic logit rows and benchmark scenarios (`synth`), for `gauge bench sampling`
+//!   and this crate's benches. Off by default.
+//! * `testing`: internal kernels and hooks this crate's tests reach (`ops`, `sort`, `trace::npy`,
+//!   `simd::testing`, the fast-path counters in `chain::testing`). Not part of the API: no
+//!   stability promise. Off by default.
+//!
+//! No feature is needed to use the library; serde and serde_json are its only dependencies
+//! besides thiserror.
+
 #![warn(missing_debug_implementations)]
+#![deny(missing_docs)]
 
 pub mod candidates;
 pub mod chain;
@@ -66,7 +131,12 @@ pub mod explain;
 pub mod fields;
 pub mod gauge;
 mod kernels;
+/// llama.cpp's shared helpers (softmax, partial sort, top-k, temperature): internal, public only
+/// with the `testing` feature (this crate's tests).
+#[cfg(feature = "testing")]
 pub mod ops;
+#[cfg(not(feature = "testing"))]
+mod ops;
 pub mod order;
 mod overlay;
 pub mod params;

@@ -23,12 +23,12 @@ use crate::sort::{partial_sort_by, BucketSorter};
 
 /// Comparator of llama.cpp: descending by logit.
 #[inline]
-pub fn logit_greater(a: &TokenData, b: &TokenData) -> bool {
+pub(crate) fn logit_greater(a: &TokenData, b: &TokenData) -> bool {
     a.logit > b.logit
 }
 
 /// llama.cpp switches from the heap partial sort to the bucket sort above this many elements.
-pub const HEAP_PARTIAL_SORT_MAX: usize = 128;
+pub(crate) const HEAP_PARTIAL_SORT_MAX: usize = 128;
 
 thread_local! {
     static SCRATCH: RefCell<BucketSorter> = RefCell::new(BucketSorter::new());
@@ -156,7 +156,7 @@ pub fn temp_impl(cur: &mut Candidates, t: f32) {
 /// Whether dividing logits of magnitude up to `max_abs` by `t > 0` overflows f32. Only `t < 1`
 /// can; `max_abs / t` is rounded monotonically, so checking the largest magnitude is enough.
 #[inline]
-pub fn temp_overflows(max_abs: f32, t: f32) -> bool {
+pub(crate) fn temp_overflows(max_abs: f32, t: f32) -> bool {
     t < 1.0 && (max_abs / t).is_infinite()
 }
 
@@ -166,7 +166,7 @@ pub fn temp_overflows(max_abs: f32, t: f32) -> bool {
 /// mean, 2)` with the double square rounded to f32 by each `+=`, and the population std
 /// `sqrtf(acc / count)`; `cut = max - n * std`. `None` for fewer than two values (the stage does
 /// nothing). The one implementation behind both the filled-array stage and the row fast path.
-pub fn top_n_sigma_cut<I: Iterator<Item = f32>>(
+pub(crate) fn top_n_sigma_cut<I: Iterator<Item = f32>>(
     mut vals: impl FnMut() -> I,
     n: f32,
 ) -> Option<f32> {
@@ -212,7 +212,7 @@ pub fn top_n_sigma_cut<I: Iterator<Item = f32>>(
 /// every input: [`EXP2_APPROX_REL_ERR`] bounds it, checked over every f32 in [-1/2, 1/2] by
 /// `exp2_approx_error_bound_holds_for_every_f32` (`--ignored`; a dense sample runs by default).
 #[inline(always)]
-pub fn exp2_approx(y: f32) -> f32 {
+pub(crate) fn exp2_approx(y: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     const C1: f32 = std::f32::consts::LN_2;
     const C2: f32 = 0.240_226_5; // ln2^2 / 2
@@ -230,7 +230,7 @@ pub fn exp2_approx(y: f32) -> f32 {
 
 /// A bound on `|exp2_approx(y) / 2^y - 1|`: the exhaustive check measured 3.33e-6 (the degree-6
 /// term, `(ln2 / 2)^6 / 720 = 2.4e-6`, plus the f32 roundings of the Horner steps).
-pub const EXP2_APPROX_REL_ERR: f64 = 4.0e-6;
+pub(crate) const EXP2_APPROX_REL_ERR: f64 = 4.0e-6;
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@
 //! instead: a chain that differs from what the user wrote is worse than an error.
 //!
 //! `infill` is recognised (so it is not reported as a typo) but gauge has no infill sampler: the
-//! chain builder rejects it with [`SamplingError::Unsupported`].
+//! chain builder rejects it with a [`SamplingError::Param`] error naming `samplers`.
 
 use crate::error::{Result, SamplingError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -168,11 +168,6 @@ impl<'de> Deserialize<'de> for SamplerType {
         let s = String::deserialize(d)?;
         SamplerType::from_name(&s).map_err(serde::de::Error::custom)
     }
-}
-
-/// llama.cpp's default slot order.
-pub fn default_order() -> Vec<SamplerType> {
-    DEFAULT_ORDER.to_vec()
 }
 
 /// Parse a list of names (`--samplers a;b;c` split on `;`, or a server `samplers` array).

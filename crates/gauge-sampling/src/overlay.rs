@@ -275,7 +275,7 @@ impl Overlay {
 
     /// An upper bound on `|x|` over the finite values of the row as it stands (raw entries, edits,
     /// pending divisions), `+inf` when no finite bound holds. Temperature asks this before it
-    /// records a division, which must not overflow (see [`crate::ops::temp_overflows`]).
+    /// records a division, which must not overflow (see `ops::temp_overflows`).
     pub(crate) fn max_abs_bound(&self, row: &[f32]) -> f32 {
         // On the bits: for finite values `|x|`'s bit pattern orders like `|x|`, and non-finite
         // ones (>= the exponent-all-ones pattern) count as 0. An integer max vectorises.

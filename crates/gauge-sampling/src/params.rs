@@ -92,6 +92,7 @@ pub const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum TokenRef {
+    /// A token id.
     Id(TokenId),
     /// Tokenized without special tokens; every resulting token is meant.
     Text(String),
@@ -100,7 +101,9 @@ pub enum TokenRef {
 /// One logit-bias entry. `bias = -inf` bans the token (JSON `false`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogitBias {
+    /// The token (an id, or text that needs a vocabulary).
     pub token: TokenRef,
+    /// Added to the logit (`-inf` bans the token).
     pub bias: f32,
 }
 
@@ -126,6 +129,7 @@ pub struct SamplingParams {
     pub temperature: f32,
     /// Dynamic temperature range; `> 0` makes the temperature depend on the entropy.
     pub dynatemp_range: f32,
+    /// Dynamic temperature exponent.
     pub dynatemp_exponent: f32,
     /// `<= 0` = off.
     pub top_k: i32,
@@ -147,7 +151,9 @@ pub struct SamplingParams {
     pub repeat_last_n: i32,
     /// `1` = off.
     pub repeat_penalty: f32,
+    /// Frequency penalty: subtracted once per occurrence in the window (`0` = off).
     pub frequency_penalty: f32,
+    /// Presence penalty: subtracted once for any occurrence in the window (`0` = off).
     pub presence_penalty: f32,
     /// gauge: how the repeat penalty is applied.
     pub repeat_penalty_mode: PenaltyMode,
@@ -159,7 +165,9 @@ pub struct SamplingParams {
     pub penalty_exempt: Vec<TokenRef>,
     /// `0` = off.
     pub dry_multiplier: f32,
+    /// DRY base of the exponential penalty.
     pub dry_base: f32,
+    /// DRY: repeats up to this length are not penalized.
     pub dry_allowed_length: i32,
     /// DRY window: `0` = off, `-1` = the whole history (gauge; llama.cpp turns `-1` off).
     pub dry_penalty_last_n: i32,
@@ -171,15 +179,19 @@ pub struct SamplingParams {
     pub dry_sequence_breaker_ids: Option<Vec<Vec<TokenId>>>,
     /// `0` = off, `1` = mirostat, `2` = mirostat v2 (both replace the whole chain but logit-bias).
     pub mirostat: i32,
+    /// Mirostat target surprise (tau).
     pub mirostat_tau: f32,
+    /// Mirostat learning rate (eta).
     pub mirostat_eta: f32,
     /// `< 0` = off.
     pub adaptive_target: f32,
+    /// Adaptive-p decay of its running average.
     pub adaptive_decay: f32,
     /// `0xFFFFFFFF` (request `-1`) = a random seed.
     pub seed: u32,
     /// The chain's slots, in order.
     pub samplers: Vec<SamplerType>,
+    /// Per-token logit bias (`false` / `-inf` bans).
     pub logit_bias: Vec<LogitBias>,
     /// Ban every end-of-generation token (needs a vocab).
     pub ignore_eos: bool,
@@ -226,7 +238,7 @@ impl Default for SamplingParams {
             adaptive_target: -1.0,
             adaptive_decay: 0.90,
             seed: rng::DEFAULT_SEED,
-            samplers: order::default_order(),
+            samplers: order::DEFAULT_ORDER.to_vec(),
             logit_bias: Vec::new(),
             ignore_eos: false,
             n_probs: 0,

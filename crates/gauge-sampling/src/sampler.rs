@@ -17,6 +17,7 @@ pub enum Shift {
 }
 
 impl Shift {
+    /// True for [`Shift::Invariant`].
     pub fn is_invariant(self) -> bool {
         matches!(self, Shift::Invariant)
     }

@@ -3,7 +3,7 @@
 //! The crate is compiled for baseline x86_64 (SSE2), so one binary, `libgauge` and the Python wheel
 //! run on any x86_64 CPU. The kernels that read the whole row are compiled a second and a third
 //! time with AVX2 (x86-64-v3) and AVX-512 (x86-64-v4) enabled, and every call picks the best one
-//! the CPU has ([`level`]). Every version computes the same IEEE operations in the same order
+//! the CPU has (`level`). Every version computes the same IEEE operations in the same order
 //! (Rust never contracts `a * b + c` into an FMA, and the hand-written AVX2/AVX-512 loops use only
 //! the operations the portable code uses), so the results are bit-identical on every level; the
 //! tests force each level the machine can run in turn and compare bits.
@@ -90,7 +90,7 @@ pub fn detected() -> Level {
 }
 
 crate::simd::multiversion! {
-/// One read of a row at the current [`level`]: its largest entry, the loop the row kernels'
+/// One read of a row at the current `level`: its largest entry, the loop the row kernels'
 /// first pass makes. `gauge bench sampling` times it as the `one-read` row, the floor every
 /// chain that reads the whole row is measured against.
 pub fn one_read(row: &[f32]) -> f32 {

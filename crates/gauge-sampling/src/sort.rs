@@ -306,6 +306,7 @@ pub struct BucketSorter {
 }
 
 impl BucketSorter {
+    /// An empty sorter (its buffer grows on first use).
     pub fn new() -> Self {
         Self::default()
     }

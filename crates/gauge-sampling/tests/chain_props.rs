@@ -171,7 +171,7 @@ fn case() -> impl Strategy<Value = Case> {
                 prop_oneof![3 => Just(Terminal::Dist), 1 => Just(Terminal::AdaptiveP), 1 => Just(Terminal::Greedy)],
                 prop::collection::vec(0..n as TokenId, 0..80),
                 row_shape(),
-                Just(gauge_sampling::order::default_order()).prop_shuffle(),
+                Just(gauge_sampling::order::DEFAULT_ORDER.to_vec()).prop_shuffle(),
             )
         })
         .prop_map(|(n, tr, pen, dry, fb, (seed, shuffle), terminal, prompt, shape, shuffled)| {
@@ -179,7 +179,7 @@ fn case() -> impl Strategy<Value = Case> {
             let (repeat, mode, last_n, freq, present, penalize_prompt, once, exempt) = pen;
             let (dry_mult, dry_base, dry_allowed, dry_last_n, breakers) = dry;
             let (mirostat, tau, eta, target, decay) = fb;
-            let mut samplers = if shuffle { shuffled } else { gauge_sampling::order::default_order() };
+            let mut samplers = if shuffle { shuffled } else { gauge_sampling::order::DEFAULT_ORDER.to_vec() };
             if terminal == Terminal::AdaptiveP {
                 samplers.push(SamplerType::AdaptiveP);
             }

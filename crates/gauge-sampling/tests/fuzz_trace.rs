@@ -9,7 +9,8 @@
 
 mod common;
 use common::{npy_frame, proptest_config};
-use gauge_sampling::trace::{parse_npy_f32, read_npy_f32, Trace, TraceError};
+use gauge_sampling::trace::npy::{parse_npy_f32, read_npy_f32};
+use gauge_sampling::trace::{Trace, TraceError};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{json, Value};
@@ -328,7 +329,7 @@ proptest! {
         b.extend(version);
         b.extend(rest);
         if let Err(e) = parse_npy_f32(&b) {
-            prop_assert!(!e.is_empty());
+            prop_assert!(!e.message().is_empty());
         }
     }
 

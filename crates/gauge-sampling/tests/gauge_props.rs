@@ -290,7 +290,7 @@ fn ctrl_penalty_is_not_shift_invariant() {
     let chain = Chain::from_stages(2, vec![stage, greedy::build()]);
     assert!(!gauge::is_shift_invariant(&chain));
     assert_eq!(
-        gauge::classify(&chain)[0],
+        chain.shift_report()[0],
         (
             "penalties".to_string(),
             Shift::Variant("sign branch on raw logits")

@@ -3,7 +3,8 @@
 
 mod common;
 
-use gauge_sampling::trace::{self, parse_npy_f32, replay, Logits, Trace, TraceError};
+use gauge_sampling::trace::npy::{self, parse_npy_f32};
+use gauge_sampling::trace::{replay, Logits, Trace, TraceError};
 use gauge_sampling::SamplingError;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -148,7 +149,7 @@ fn npy_v2_and_fortran_order_are_read() {
 fn library_npy_writer_round_trips() {
     let vals = [0.5f32, f32::NEG_INFINITY, -2.25, 7.0];
     let mut buf = Vec::new();
-    trace::write_npy_f32(&mut buf, 2, &vals).unwrap();
+    npy::write_npy_f32(&mut buf, 2, &vals).unwrap();
     assert_eq!(buf.len() % 16, 0);
     assert_eq!(parse_npy_f32(&buf).unwrap(), (vec![2, 2], vals.to_vec()));
 }

@@ -1,7 +1,8 @@
 //! Issue 9, files: a trace and its `.npy` rows are read only from regular files, and never more of
 //! a `.npy` than its header declares. Each test is named after the defect it pins down.
 
-use gauge_sampling::trace::{parse_npy_f32, read_npy_f32, replay, Trace, TraceError};
+use gauge_sampling::trace::npy::{parse_npy_f32, read_npy_f32};
+use gauge_sampling::trace::{replay, Trace, TraceError};
 use serde_json::json;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -92,7 +93,7 @@ fn truncated_v2_header_is_reported_as_truncated_not_as_an_unsupported_version() 
     ] {
         let err = parse_npy_f32(bytes).unwrap_err();
         assert!(
-            err.contains("truncated") && !err.contains("unsupported"),
+            err.message().contains("truncated") && !err.message().contains("unsupported"),
             "{} bytes: {err}",
             bytes.len()
         );
@@ -109,7 +110,7 @@ fn truncated_v2_header_is_reported_as_truncated_not_as_an_unsupported_version() 
     }
     // A genuinely unknown version still says so.
     let err = parse_npy_f32(b"\x93NUMPY\x04\x00\x10\x00\x00\x00").unwrap_err();
-    assert!(err.contains("unsupported .npy format version 4.0"), "{err}");
+    assert!(err.message().contains("unsupported .npy format version 4.0"), "{err}");
 }
 
 #[test]
@@ -118,7 +119,7 @@ fn header_length_beyond_the_file_is_truncated() {
     bytes.extend(u32::MAX.to_le_bytes());
     bytes.extend(b"{'descr': '<f4'}");
     let err = parse_npy_f32(&bytes).unwrap_err();
-    assert!(err.contains("truncated header"), "{err}");
+    assert!(err.message().contains("truncated header"), "{err}");
 }
 
 /// A reader that serves `prefix`, then the byte `b'A'` forever, counting what it served.
@@ -160,7 +161,7 @@ fn npy_reader_reads_exactly_the_bytes_the_header_declares() {
     };
     let err = read_npy_f32(&mut src, big.len() as u64 + 8).unwrap_err();
     assert!(
-        err.contains("needs 8000000000000 data bytes but the file has 8"),
+        err.message().contains("needs 8000000000000 data bytes but the file has 8"),
         "{err}"
     );
     assert_eq!(src.served, big.len(), "read the data of a refused file");
@@ -175,7 +176,7 @@ fn npy_reader_trusts_a_stated_length_only_as_far_as_the_input_goes() {
     bytes.extend(b"{'descr'");
     let err = read_npy_f32(&mut &bytes[..], u64::MAX).unwrap_err();
     assert!(
-        err.contains("the input ends after 8 of 4294967280 bytes"),
+        err.message().contains("the input ends after 8 of 4294967280 bytes"),
         "{err}"
     );
 }

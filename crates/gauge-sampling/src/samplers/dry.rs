@@ -54,9 +54,13 @@ pub const MAX_TAIL_TOKENS: usize = 20;
 /// Configuration of the DRY stage.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DryConfig {
+    /// Penalty multiplier (`0` = off).
     pub multiplier: f32,
+    /// Base of the exponential penalty.
     pub base: f32,
+    /// Repeats up to this length are not penalized.
     pub allowed_length: i32,
+    /// How far back repeats are looked for.
     pub penalty_last_n: Window,
     /// Sequence breakers as token ids: `[head, tail...]` (llama.cpp's `init_dry_testing` form).
     pub breakers: Vec<Vec<TokenId>>,
@@ -234,7 +238,7 @@ impl Sampler for Dry {
     }
 
     /// The chain's sparse path: the stage's effect on the freshly filled identity layout, held as
-    /// "row + edits" (see [`crate::overlay`]), with the same f32 results as `apply`, in
+    /// "row + edits" (see `crate::overlay`), with the same f32 results as `apply`, in
     /// O(history) and without filling. Always possible for DRY, so it always returns true. Ids outside the row
     /// are skipped, as no candidate carries them.
     fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {

@@ -14,9 +14,22 @@ use crate::sampler::{FromRow, Sampler, Shift};
 #[derive(Clone, Debug)]
 pub struct Greedy;
 
+impl Greedy {
+    /// The stage (greedy has no parameters).
+    pub fn new() -> Self {
+        Greedy
+    }
+}
+
+impl Default for Greedy {
+    fn default() -> Self {
+        Greedy
+    }
+}
+
 /// Build the stage (greedy has no parameters and no placeholder form).
 pub fn build() -> Box<dyn Sampler> {
-    Box::new(Greedy)
+    Box::new(Greedy::new())
 }
 
 impl Sampler for Greedy {

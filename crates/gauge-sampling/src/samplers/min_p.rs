@@ -24,12 +24,22 @@ pub struct MinP {
     min_keep: usize,
 }
 
+impl MinP {
+    /// The stage with the relative-probability floor `p`, keeping at least `min_keep`.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(p: f32, min_keep: usize) -> Self {
+        MinP { p, min_keep }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?min-p` placeholder when disabled).
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p <= 0.0 {
         return Placeholder::boxed("?min-p");
     }
-    Box::new(MinP { p, min_keep })
+    Box::new(MinP::new(p, min_keep))
 }
 
 impl MinP {

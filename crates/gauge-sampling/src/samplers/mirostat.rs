@@ -18,7 +18,7 @@
 //! # Fast path
 //!
 //! As the first dense stage (after `temp`, recorded by the chain as a pending division) the stage
-//! reads the row directly: [`SortedSoftmax`] gives the exact f32 sum and the sorted top without
+//! reads the row directly: `SortedSoftmax` gives the exact f32 sum and the sorted top without
 //! sorting the vocabulary. `s_hat` needs the top `m` probabilities, the cut only the first
 //! `int(k)` entries in llama.cpp's order; a `k` that reaches deep into the vocabulary (a flat
 //! distribution) makes the prefix long, and past a quarter of the row the stage falls back to the

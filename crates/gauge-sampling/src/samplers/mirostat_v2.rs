@@ -11,7 +11,7 @@
 //! # Fast path
 //!
 //! As the first dense stage (after `temp`, which the chain records as a pending division) the stage
-//! reads the row directly: [`SortedSoftmax`] gives the exact f32 sum and the sorted top without
+//! reads the row directly: `SortedSoftmax` gives the exact f32 sum and the sorted top without
 //! sorting the vocabulary, which is all the cut, the renormalisation and the draw read. The array
 //! left behind is exactly the slow path's: the kept prefix with its renormalised `p`.
 //!

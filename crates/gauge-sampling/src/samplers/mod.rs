@@ -1,5 +1,7 @@
-//! One file per sampler, each with llama.cpp's semantics and a `build` that returns the `?name`
-//! placeholder where llama.cpp's init function would.
+//! One file per sampler, each with llama.cpp's semantics. Every stage type is re-exported here
+//! (`samplers::TopK`, `samplers::Penalties`, ...) and has `X::new(..)`, the stage itself, for
+//! [`crate::Chain::from_stages`]; each module's `build(..)` is the thin boxed form the chain
+//! builder uses, returning the `?name` placeholder where llama.cpp's init function would.
 
 pub mod adaptive_p;
 pub mod dist;
@@ -18,6 +20,24 @@ pub mod top_n_sigma;
 pub mod top_p;
 pub mod typical;
 pub mod xtc;
+
+pub use adaptive_p::AdaptiveP;
+pub use dist::Dist;
+pub use dry::{Dry, DryConfig};
+pub use greedy::Greedy;
+pub use logit_bias::LogitBias;
+pub use min_p::MinP;
+pub use mirostat::Mirostat;
+pub use mirostat_v2::MirostatV2;
+pub use penalties::{Penalties, PenaltiesConfig, PenaltyMode};
+pub use placeholder::Placeholder;
+pub use temp::Temp;
+pub use temp_ext::TempExt;
+pub use top_k::TopK;
+pub use top_n_sigma::TopNSigma;
+pub use top_p::TopP;
+pub use typical::Typical;
+pub use xtc::Xtc;
 
 /// Helpers shared by the samplers' unit tests.
 #[cfg(test)]

@@ -94,6 +94,7 @@ impl Window {
             Window::Last(n as usize)
         }
     }
+    /// True for `Last(0)` (the stage is off).
     pub fn is_disabled(self) -> bool {
         self == Window::Last(0)
     }
@@ -102,11 +103,17 @@ impl Window {
 /// Configuration of the `penalties` stage.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PenaltiesConfig {
+    /// Vocabulary size.
     pub n_vocab: usize,
+    /// Penalty window.
     pub last_n: Window,
+    /// Repeat penalty θ (`1` = off).
     pub repeat: f32,
+    /// Frequency penalty.
     pub freq: f32,
+    /// Presence penalty.
     pub present: f32,
+    /// How the repeat penalty is applied.
     pub mode: PenaltyMode,
     /// Whether tokens accepted through `accept_prompt` count as seen (llama.cpp: yes).
     pub count_prompt: bool,
@@ -255,7 +262,7 @@ pub fn log_softmax_inplace(row: &mut [f32]) {
 /// `ln Σ exp(z - max)` with f32 terms and an f64 sum (>= 0 because the max term is 1).
 ///
 /// This is the whole cost of the normalized mode, so it is written to vectorise: blocks of 16
-/// differences go through [`exp_nonpos`] (branch-free, unlike libm's `expf`) as one f32 batch,
+/// differences go through `exp_nonpos` (branch-free, unlike libm's `expf`) as one f32 batch,
 /// then into 8 interleaved f64 lanes (element `j` into lane `j % 8`) added at the end. The lane
 /// order is fixed, so the result is deterministic; it differs from a sequential sum only in f64
 /// rounding, far below what an f32 `ℓ` can hold. About 4× faster than `expf` with a serial sum.
@@ -514,7 +521,7 @@ impl Sampler for Penalties {
     }
 
     /// The chain's sparse path: the stage's effect on the freshly filled identity layout, held as
-    /// "row + edits" (see [`crate::overlay`]), with the same f32 results as `apply`, in
+    /// "row + edits" (see `crate::overlay`), with the same f32 results as `apply`, in
     /// O(history) and without filling; normalized mode with θ != 1 adds one read of the row (its
     /// max and log-sum-exp) and records the log-softmax as a pending transform.
     /// Ids outside the row are skipped, as no candidate carries them.

@@ -21,12 +21,22 @@ pub struct Temp {
     t: f32,
 }
 
+impl Temp {
+    /// The stage with temperature `t`.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(t: f32) -> Self {
+        Temp { t }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?temp` placeholder when disabled).
 pub fn build(t: f32) -> Box<dyn Sampler> {
     if t == 1.0 {
         return Placeholder::boxed("?temp");
     }
-    Box::new(Temp { t })
+    Box::new(Temp::new(t))
 }
 
 impl Sampler for Temp {

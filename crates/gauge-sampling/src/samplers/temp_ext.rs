@@ -23,12 +23,22 @@ pub struct TempExt {
     exponent: f32,
 }
 
+impl TempExt {
+    /// The stage with temperature `t`, dynamic range `delta` and `exponent`.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(t: f32, delta: f32, exponent: f32) -> Self {
+        TempExt { t, delta, exponent }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?temp-ext` placeholder when disabled).
 pub fn build(t: f32, delta: f32, exponent: f32) -> Box<dyn Sampler> {
     if t == 1.0 && delta <= 0.0 {
         return Placeholder::boxed("?temp-ext");
     }
-    Box::new(TempExt { t, delta, exponent })
+    Box::new(TempExt::new(t, delta, exponent))
 }
 
 impl TempExt {

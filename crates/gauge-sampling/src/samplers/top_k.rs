@@ -22,12 +22,22 @@ pub struct TopK {
     buf: Vec<(f32, u32)>,
 }
 
+impl TopK {
+    /// The stage with the `k` most likely candidates kept.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(k: i32) -> Self {
+        TopK { k, buf: Vec::new() }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?top-k` placeholder when disabled).
 pub fn build(k: i32) -> Box<dyn Sampler> {
     if k <= 0 {
         return Placeholder::boxed("?top-k");
     }
-    Box::new(TopK { k, buf: Vec::new() })
+    Box::new(TopK::new(k))
 }
 
 impl Sampler for TopK {

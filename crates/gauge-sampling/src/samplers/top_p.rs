@@ -34,16 +34,26 @@ pub struct TopP {
     buf: BucketSorter,
 }
 
+impl TopP {
+    /// The stage with nucleus mass `p`, keeping at least `min_keep`.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(p: f32, min_keep: usize) -> Self {
+        TopP {
+            p,
+            min_keep,
+            buf: BucketSorter::new(),
+        }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?top-p` placeholder when disabled).
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p >= 1.0 {
         return Placeholder::boxed("?top-p");
     }
-    Box::new(TopP {
-        p,
-        min_keep,
-        buf: BucketSorter::new(),
-    })
+    Box::new(TopP::new(p, min_keep))
 }
 
 impl Sampler for TopP {

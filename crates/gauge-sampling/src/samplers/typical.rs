@@ -40,18 +40,28 @@ pub struct Typical {
     out: Vec<TokenData>,
 }
 
+impl Typical {
+    /// The stage with typical mass `p`, keeping at least `min_keep`.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(p: f32, min_keep: usize) -> Self {
+        Typical {
+            p,
+            min_keep,
+            shifted: Vec::new(),
+            indices: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?typical` placeholder when disabled).
 pub fn build(p: f32, min_keep: usize) -> Box<dyn Sampler> {
     if p >= 1.0 {
         return Placeholder::boxed("?typical");
     }
-    Box::new(Typical {
-        p,
-        min_keep,
-        shifted: Vec::new(),
-        indices: Vec::new(),
-        out: Vec::new(),
-    })
+    Box::new(Typical::new(p, min_keep))
 }
 
 /// The entropy `Σ -p·logf(p)` in f32, array order, with `0·log 0 = 0` (see the module docs).

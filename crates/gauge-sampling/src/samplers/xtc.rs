@@ -11,7 +11,7 @@
 //! * When the coin passes, the whole current set is sorted and softmaxed, even if nothing ends up
 //!   removed: later stages see a sorted array with fresh (not renormalised after removal) `p`.
 //! * Removal drops entries from the front (llama.cpp advances its `data` pointer), via
-//!   [`Candidates::advance`]; no copy.
+//!   `Candidates::advance`; no copy.
 
 use crate::candidates::Candidates;
 use crate::ops::softmax_impl;

@@ -6,7 +6,7 @@ use crate::overlay::{Overlay, CHUNK};
 
 /// What [`sigma_band`] found.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SigmaBand {
+pub(crate) enum SigmaBand {
     /// The exact cut lies in `[lo, hi]`.
     Band(f32, f32),
     /// Every value is -inf: the stage masks nothing.
@@ -33,7 +33,7 @@ pub enum SigmaBand {
 /// by Cauchy–Schwarz, `Σ|y| <= sqrt(N Σy²)`. All margins
 /// below use `2^-22` where a single rounding needs `2^-24`. The interval is about `N·2^-24`
 /// relative wide (1% at 150k entries), which is plenty to show that top-k's k-th value survives.
-pub fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
+pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
     const U: f64 = 1.0 / 16_777_216.0; // 2^-24
     const R: f64 = 4.0 * U; // 2^-22: one rounding, generously
     const L: usize = 8; // lanes: 4 accumulators x 8 lanes fit the 16 SSE registers

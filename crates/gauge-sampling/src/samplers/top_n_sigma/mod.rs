@@ -9,8 +9,8 @@
 //! docs/SPEC.md §6.14, which gauge's typical avoids).
 //!
 //! On the chain's row fast path the stage does not compute its cut: one vectorised pass bounds it
-//! rigorously ([`band::sigma_band`]) and the mask is recorded as a lazy mask in the overlay, with
-//! [`exact_cut`] to compute the cut. That exact cut, with llama.cpp's sequential f32 sums, is
+//! rigorously (`band::sigma_band`) and the mask is recorded as a lazy mask in the overlay, with
+//! `exact_cut` to compute the cut. That exact cut, with llama.cpp's sequential f32 sums, is
 //! computed only if a later reader meets an entry inside the bound's band (see `overlay`); top-k
 //! right after it usually never does.
 
@@ -35,12 +35,22 @@ pub struct TopNSigma {
     n: f32,
 }
 
+impl TopNSigma {
+    /// The stage with logits within `n` standard deviations of the maximum kept.
+    ///
+    /// Unlike [`build`] this never returns a placeholder: an explicit stage is always in the
+    /// chain, as a `llama_sampler_init_*` call is.
+    pub fn new(n: f32) -> Self {
+        TopNSigma { n }
+    }
+}
+
 /// Build the stage as llama.cpp's init function does (a `?top-n-sigma` placeholder when disabled).
 pub fn build(n: f32) -> Box<dyn Sampler> {
     if n <= 0.0 {
         return Placeholder::boxed("?top-n-sigma");
     }
-    Box::new(TopNSigma { n })
+    Box::new(TopNSigma::new(n))
 }
 
 impl Sampler for TopNSigma {
