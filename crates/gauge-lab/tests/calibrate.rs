@@ -11,11 +11,10 @@ use gauge_lab::calibrate::{
     analyze, calibrate_run_dir, run_calibrate, CalibConfig, CalibLine, Metric, Metrics,
 };
 use gauge_lab::ops::SeenSet;
-use gauge_lab::testing::{HashSource, HashSourceConfig, WordCodec};
+use gauge_lab::testing::{scratch_dir, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{LabError, RunControl};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 // ---------------------------------------------------------------- definitions
 
@@ -475,12 +474,6 @@ fn small() -> CalibConfig {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-calib-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn quiet() -> RunControl {
     RunControl {
         plots: false,
@@ -503,7 +496,7 @@ fn a_run_caches_every_evaluation_once_and_finishes_every_search() {
         max_sequences: 12,
         ..small()
     };
-    let root = tmp("full");
+    let root = scratch_dir("calib", "full");
     let mut src = HashSource::new(HashSourceConfig::default());
     let codec = WordCodec::new(src.n_vocab());
     let s = run_calibrate(&mut src, &codec, &cfg, &root, &quiet()).unwrap();
@@ -559,9 +552,16 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
     let codec = WordCodec::new(512);
     let whole = {
         let mut src = HashSource::new(HashSourceConfig::default());
-        run_calibrate(&mut src, &codec, &cfg, &tmp("whole"), &quiet()).unwrap()
+        run_calibrate(
+            &mut src,
+            &codec,
+            &cfg,
+            &scratch_dir("calib", "whole"),
+            &quiet(),
+        )
+        .unwrap()
     };
-    let root = tmp("resume");
+    let root = scratch_dir("calib", "resume");
     let mut stops = 0;
     let resumed = loop {
         let mut src = HashSource::new(HashSourceConfig::default());
@@ -595,7 +595,7 @@ fn an_interrupted_run_resumes_to_the_same_summary() {
 #[test]
 fn results_from_another_configuration_or_tokenizer_are_refused() {
     let cfg = small();
-    let root = tmp("mismatch");
+    let root = scratch_dir("calib", "mismatch");
     let mut src = HashSource::new(HashSourceConfig::default());
     run_calibrate(&mut src, &WordCodec::new(512), &cfg, &root, &quiet()).unwrap();
     // Same config, other prompt tokens: the cache must not be reused.

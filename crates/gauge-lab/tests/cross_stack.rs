@@ -10,16 +10,10 @@ use gauge_lab::json::{compare_json_runs, run_json, JsonConfig};
 use gauge_lab::ops::Op;
 use gauge_lab::probe::compare_probe_runs;
 use gauge_lab::stack::Stack;
-use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig, WordCodec};
+use gauge_lab::testing::{scratch_dir, BraceCodec, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, ProbeConfig, ProbeSummary, RunControl};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-xstack-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
 
 fn quiet() -> RunControl {
     RunControl {
@@ -66,7 +60,7 @@ fn llama_cpp_chain_and_gauge_ops_agree_token_for_token_on_the_hash_source() {
             bootstrap_resamples: 200,
             ..ProbeConfig::default()
         };
-        let root = tmp(&format!("hash-{window:?}"));
+        let root = scratch_dir("xstack", &format!("hash-{window:?}"));
         let (g, l, a) = both(&root, &base, &mut hash_probe);
         // 3 ops × 3 θ × ±c + zero point + zp reference + own-median run, per prefix
         assert_eq!(a.runs, 6 * (3 * 3 * 2 + 3), "{window:?}");
@@ -95,7 +89,7 @@ fn json_task_agrees_across_stacks_on_the_hash_source() {
         batch_schemas: 3,
         ..JsonConfig::default()
     };
-    let root = tmp("json");
+    let root = scratch_dir("xstack", "json");
     let mut sums = Vec::new();
     for s in [Stack::Gauge, Stack::LlamaCpp] {
         let cfg = JsonConfig {
@@ -148,7 +142,7 @@ fn llama_cpp_chain_and_gauge_ctrl_agree_on_the_real_model() {
         bootstrap_resamples: 200,
         ..ProbeConfig::default()
     };
-    let root = tmp("real");
+    let root = scratch_dir("xstack", "real");
     let mut run = |root: &Path, cfg: &ProbeConfig| -> ProbeSummary {
         let mut src = LlamaSource::new(Arc::clone(&model)).unwrap();
         run_probe_with(&mut src, model.as_ref(), cfg, root, &quiet()).unwrap()

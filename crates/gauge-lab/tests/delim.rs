@@ -6,10 +6,10 @@ use gauge_lab::delim::humaneval::{self, Task};
 use gauge_lab::delim::{delim_run_dir, run_delim, DelimConfig, DelimLine, DelimSummary};
 use gauge_lab::ops::Op;
 use gauge_lab::run::Codec;
-use gauge_lab::testing::{HashSource, HashSourceConfig};
+use gauge_lab::testing::{scratch_dir, HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use gauge_sampling::TokenId;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Token texts with known tags: ids ≡ 0 (mod 5) are " (" (delimiter, bracket), ids ≡ 1 are "\n"
 /// (delimiter, not bracket), id 7 is "<eos>" rendered (not a delimiter; as a piece it is empty),
@@ -67,12 +67,6 @@ fn cfg() -> DelimConfig {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-delim-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn run(root: &Path, cfg: &DelimConfig, ctl: RunControl) -> Result<DelimSummary, LabError> {
     let mut src = HashSource::new(HashSourceConfig::default());
     let r = run_delim(&mut src, &ToyCodec, &tasks(), cfg, root, &ctl);
@@ -91,7 +85,7 @@ fn lines(root: &Path, cfg: &DelimConfig) -> Vec<DelimLine> {
 #[test]
 fn gate_holds_and_the_two_sided_predictor_matches_every_decision() {
     let cfg = cfg();
-    let root = tmp("predict");
+    let root = scratch_dir("delim", "predict");
     let s = run(
         &root,
         &cfg,
@@ -141,7 +135,7 @@ fn gate_holds_and_the_two_sided_predictor_matches_every_decision() {
 #[test]
 fn delimiter_rates_recount_from_the_raw_records() {
     let cfg = cfg();
-    let root = tmp("recount");
+    let root = scratch_dir("delim", "recount");
     let s = run(
         &root,
         &cfg,
@@ -209,7 +203,7 @@ fn delimiter_rates_recount_from_the_raw_records() {
 #[test]
 fn delim_resume_after_abort_reproduces_the_summary_byte_for_byte() {
     let cfg = cfg();
-    let whole = tmp("whole");
+    let whole = scratch_dir("delim", "whole");
     run(
         &whole,
         &cfg,
@@ -220,7 +214,7 @@ fn delim_resume_after_abort_reproduces_the_summary_byte_for_byte() {
     )
     .unwrap();
     let want = std::fs::read(delim_run_dir(&whole, &cfg).join("summary.json")).unwrap();
-    let root = tmp("resumed");
+    let root = scratch_dir("delim", "resumed");
     let r = run(
         &root,
         &cfg,
@@ -248,7 +242,7 @@ fn delim_resume_after_abort_reproduces_the_summary_byte_for_byte() {
 
 #[test]
 fn prompts_beyond_the_data_or_the_context_are_config_errors() {
-    let root = tmp("bad");
+    let root = scratch_dir("delim", "bad");
     let too_many = DelimConfig {
         prompts: 7,
         ..cfg()

@@ -9,11 +9,6 @@ use gauge_lab::probe::{run_dir, RawLine, Role};
 use gauge_lab::stack::Stack;
 use gauge_lab::testing::{scratch_dir, test_engine, HashSource, HashSourceConfig, WordCodec};
 use gauge_lab::{run_probe_with, Grid, LabError, ProbeConfig, RunControl};
-use std::path::PathBuf;
-
-fn tmp(name: &str) -> PathBuf {
-    scratch_dir("ext", name)
-}
 
 fn gauge_cfg() -> ProbeConfig {
     ProbeConfig {
@@ -71,7 +66,7 @@ fn decoded(lines: &[RawLine], phase_natural: bool, k: usize) -> Vec<DecodedRun> 
 
 #[test]
 fn an_external_run_of_the_same_tokens_summarises_as_the_gauge_run_and_resumes() {
-    let root = tmp("same");
+    let root = scratch_dir("ext", "same");
     let (lines, prompts, n_vocab) = gauge_lines(&root);
     let cfg = hf_cfg();
     let mut ext = ExternalProbe::open(&root, cfg.clone(), prompts.clone(), n_vocab).unwrap();
@@ -130,7 +125,7 @@ fn an_external_run_of_the_same_tokens_summarises_as_the_gauge_run_and_resumes() 
 
 #[test]
 fn malformed_external_input_is_refused_by_field() {
-    let root = tmp("bad");
+    let root = scratch_dir("ext", "bad");
     let (lines, prompts, n_vocab) = gauge_lines(&root);
     let field = |r: Result<(), LabError>| match r {
         Err(LabError::Config { field, .. }) => field,

@@ -8,11 +8,7 @@ use gauge_lab::json::{json_run_dir, run_json, JsonConfig, JsonLine};
 use gauge_lab::stack::Stack;
 use gauge_lab::testing::{scratch_dir, test_engine, BraceCodec, HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
-use std::path::{Path, PathBuf};
-
-fn tmp(name: &str) -> PathBuf {
-    scratch_dir("extjson", name)
-}
+use std::path::Path;
 
 fn gauge_cfg() -> JsonConfig {
     JsonConfig {
@@ -75,7 +71,7 @@ const N_VOCAB: usize = 1024;
 
 #[test]
 fn replaying_a_gauge_run_as_hf_gives_its_lines_and_summary_and_resumes() {
-    let root = tmp("replay");
+    let root = scratch_dir("extjson", "replay");
     let (lines, prompts) = gauge_run(&root);
     let stops: std::collections::BTreeSet<&str> = lines.iter().map(|l| l.stop.as_str()).collect();
     assert!(
@@ -127,7 +123,7 @@ fn field_of(e: LabError) -> String {
 
 #[test]
 fn malformed_outputs_and_unhonourable_flags_are_refused_by_field() {
-    let root = tmp("refuse");
+    let root = scratch_dir("extjson", "refuse");
     let (lines, prompts) = gauge_run(&root);
     let open = |cfg: JsonConfig| ExternalJson::open(&root, cfg, prompts.clone(), N_VOCAB);
     for (cfg, field) in [

@@ -6,10 +6,10 @@ use gauge_lab::json::schema::{a2_schemas, json_prompt, SchemaCheck};
 use gauge_lab::json::{json_run_dir, run_json, score, JsonConfig, JsonSummary};
 use gauge_lab::run::resume::fnv1a64;
 use gauge_lab::run::Codec;
-use gauge_lab::testing::{BraceCodec, HashSource, HashSourceConfig};
+use gauge_lab::testing::{scratch_dir, BraceCodec, HashSource, HashSourceConfig};
 use gauge_lab::{LabError, RunControl};
 use gauge_sampling::TokenId;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[test]
 fn schema_dumps_are_byte_identical_to_python_json_dumps_indent_2() {
@@ -61,12 +61,6 @@ fn cfg() -> JsonConfig {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gauge-lab-json-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn run(
     root: &Path,
     cfg: &JsonConfig,
@@ -80,10 +74,10 @@ fn run(
 #[test]
 fn shared_json_decode_matches_the_unshared_run_with_less_work() {
     let cfg = cfg();
-    let (a, src) = run(&tmp("shared"), &cfg, RunControl::default());
+    let (a, src) = run(&scratch_dir("json", "shared"), &cfg, RunControl::default());
     let a = a.unwrap();
     let (b, _) = run(
-        &tmp("naive"),
+        &scratch_dir("json", "naive"),
         &cfg,
         RunControl {
             sharing: false,
@@ -112,7 +106,7 @@ fn shared_json_decode_matches_the_unshared_run_with_less_work() {
 #[test]
 fn json_lines_record_stop_reasons_and_outputs() {
     let cfg = cfg();
-    let root = tmp("lines");
+    let root = scratch_dir("json", "lines");
     run(
         &root,
         &cfg,
@@ -163,10 +157,10 @@ fn json_lines_record_stop_reasons_and_outputs() {
 #[test]
 fn json_resume_after_abort_reproduces_the_summary_byte_for_byte() {
     let cfg = cfg();
-    let whole = tmp("whole");
+    let whole = scratch_dir("json", "whole");
     run(&whole, &cfg, RunControl::default()).0.unwrap();
     let want = std::fs::read(json_run_dir(&whole, &cfg).join("summary.json")).unwrap();
-    let root = tmp("resumed");
+    let root = scratch_dir("json", "resumed");
     let r = run(
         &root,
         &cfg,
@@ -210,7 +204,7 @@ impl Codec for LongerPrompts {
 #[test]
 fn results_from_other_prompt_tokens_are_not_resumed() {
     let cfg = cfg();
-    let root = tmp("other-prompts");
+    let root = scratch_dir("json", "other-prompts");
     run(&root, &cfg, RunControl::default()).0.unwrap();
     let mut src = HashSource::new(HashSourceConfig::default());
     let r = run_json(
@@ -240,7 +234,9 @@ fn summary_json_has_exactly_the_cli_shape_with_the_window() {
         window: Some(64),
         ..cfg()
     };
-    let s = run(&tmp("shape"), &cfg, RunControl::default()).0.unwrap();
+    let s = run(&scratch_dir("json", "shape"), &cfg, RunControl::default())
+        .0
+        .unwrap();
     let v = serde_json::to_value(&s).unwrap();
     for key in ["model", "conditions"] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");

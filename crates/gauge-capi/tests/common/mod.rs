@@ -7,6 +7,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -227,14 +230,12 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Skip (return false) locally when `tool` is missing; under CI (`CI` set) fail instead.
+/// Skip (return false) locally when `tool` is missing; under CI (`CI` set) fail instead
+/// (`test-support/skip.rs`).
 pub fn require(tool: &str) -> bool {
     if have(tool) {
         return true;
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("{tool} is required under CI (.ci/run installs it)");
-    }
-    eprintln!("SKIPPED: {tool} is not installed");
+    skip::skip_unless_ci(&format!("{tool} is not installed"));
     false
 }
