@@ -110,7 +110,11 @@ fn truncated_v2_header_is_reported_as_truncated_not_as_an_unsupported_version() 
     }
     // A genuinely unknown version still says so.
     let err = parse_npy_f32(b"\x93NUMPY\x04\x00\x10\x00\x00\x00").unwrap_err();
-    assert!(err.message().contains("unsupported .npy format version 4.0"), "{err}");
+    assert!(
+        err.message()
+            .contains("unsupported .npy format version 4.0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -161,7 +165,8 @@ fn npy_reader_reads_exactly_the_bytes_the_header_declares() {
     };
     let err = read_npy_f32(&mut src, big.len() as u64 + 8).unwrap_err();
     assert!(
-        err.message().contains("needs 8000000000000 data bytes but the file has 8"),
+        err.message()
+            .contains("needs 8000000000000 data bytes but the file has 8"),
         "{err}"
     );
     assert_eq!(src.served, big.len(), "read the data of a refused file");
@@ -176,7 +181,8 @@ fn npy_reader_trusts_a_stated_length_only_as_far_as_the_input_goes() {
     bytes.extend(b"{'descr'");
     let err = read_npy_f32(&mut &bytes[..], u64::MAX).unwrap_err();
     assert!(
-        err.message().contains("the input ends after 8 of 4294967280 bytes"),
+        err.message()
+            .contains("the input ends after 8 of 4294967280 bytes"),
         "{err}"
     );
 }

@@ -378,7 +378,10 @@ fn a_grammar_dead_end_is_an_error_never_a_stop() {
             let events = r.sse_data();
             let last = events.last().expect("events");
             assert!(last.contains("grammar_dead_end"), "{events:?}");
-            assert!(!events.iter().any(|e| e.contains("\"stop_type\":\"eos\"")), "{events:?}");
+            assert!(
+                !events.iter().any(|e| e.contains("\"stop_type\":\"eos\"")),
+                "{events:?}"
+            );
         } else {
             let v = assert_error(&r, 400, None);
             assert_eq!(v["error"]["code"], "grammar_dead_end", "{v}");
