@@ -196,7 +196,11 @@ impl GrammarState {
                 dropped,
                 dead_end: DeadEnd::default(),
             };
-            st.mask().map_err(compile_err)?;
+            // The first mask: an engine error, or a grammar with no way forward from the start,
+            // is the request's error.
+            if let Some(e) = st.dead_end_here() {
+                return Err(compile_err(e));
+            }
             Ok(st)
         });
         built.map_err(compile_err)?
@@ -226,35 +230,42 @@ impl GrammarState {
     }
 
     /// The allowed set for the next token. If the engine fails (a resource limit; the error is
-    /// kept in [`GrammarState::error`]), only the end-of-generation token is allowed, so the
-    /// output ends instead of leaving the grammar.
+    /// kept in [`GrammarState::error`]) or the output reaches a dead end ([`DeadEnd`]), only the
+    /// end-of-generation token is allowed, so the output ends instead of leaving the grammar.
+    /// The checks run once per position, when the mask is computed; later calls read the cache.
     pub fn allowed(&mut self) -> &SimpleVob {
-        let eos = self.eos;
-        if self.matcher.is_stopped() {
-            // After the end nothing follows; that is not a dead end.
-            let mut only_eos = SimpleVob::alloc(self.n_vocab);
-            only_eos.allow_token(eos);
-            self.mask = Some(only_eos);
-            return self.mask.as_ref().expect("just set");
+        if self.mask.is_none() {
+            if self.matcher.is_stopped() {
+                // After the end nothing follows; that is not a dead end.
+                self.mask = Some(self.only_eos());
+            } else if let Some(e) = self.dead_end_here() {
+                self.error.get_or_insert(e.clone());
+                self.dead_end.0.get_or_init(|| e);
+                self.mask = Some(self.only_eos());
+            }
         }
-        let failed = match self.mask() {
+        self.mask.as_ref().expect("set above")
+    }
+
+    /// Compute this position's mask; why the output cannot go on from here, if it cannot.
+    fn dead_end_here(&mut self) -> Option<String> {
+        let eos = self.eos;
+        match self.mask() {
             Err(e) => Some(plain_message(&e)),
             // Nothing allowed, or only the end where the output is incomplete: llguidance
             // offers the end when no text can follow, even where the grammar cannot end.
-            Ok(m) if m.is_zero() || (m.num_set() == 1 && m.is_allowed(eos)) => {
+            Ok(m) if at_most_eos(m, eos) => {
                 let accepting = self.matcher.is_accepting().unwrap_or(false);
                 (!accepting).then(|| DEAD_END.to_string())
             }
             Ok(_) => None,
-        };
-        if let Some(e) = failed {
-            self.error.get_or_insert(e.clone());
-            self.dead_end.0.get_or_init(|| e);
-            let mut only_eos = SimpleVob::alloc(self.n_vocab);
-            only_eos.allow_token(self.eos);
-            self.mask = Some(only_eos);
         }
-        self.mask.as_ref().expect("set above")
+    }
+
+    fn only_eos(&self) -> SimpleVob {
+        let mut m = SimpleVob::alloc(self.n_vocab);
+        m.allow_token(self.eos);
+        m
     }
 
     /// The dead-end flag of this output (see [`DeadEnd`]).
@@ -319,6 +330,19 @@ impl GrammarState {
             }
         }));
     }
+}
+
+/// Does `m` allow nothing but (perhaps) `eos`? Stops at the second allowed token, so a mask
+/// with many allowed tokens costs a word or two.
+fn at_most_eos(m: &SimpleVob, eos: u32) -> bool {
+    let mut seen = 0u32;
+    for &w in m.as_slice() {
+        seen += w.count_ones();
+        if seen > 1 {
+            return false;
+        }
+    }
+    seen == 0 || m.is_allowed(eos)
 }
 
 /// What a dead end is, in plain words.
