@@ -180,3 +180,61 @@ fn refused_keywords_are_named_with_their_path_and_lenient_reports_them() {
         other => panic!("{other:?}"),
     }
 }
+
+/// docs/server.md's keyword table and limits say what the code does: every keyword in the row of
+/// its treatment, every enforced format, and the two size limits.
+#[test]
+fn the_server_docs_list_every_keyword_as_the_table_treats_it() {
+    use gauge_grammar::keywords::{FORMATS, KEYWORDS, MAX_SCHEMA_NODES};
+    use gauge_grammar::limits::MAX_GRAMMAR_RULES;
+    let doc = include_str!("../../../docs/server.md");
+    let row = |label: &str| -> Vec<&str> {
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label}")))
+            .unwrap_or_else(|| panic!("docs/server.md has no `| {label}` row"));
+        line.split('`').skip(1).step_by(2).collect()
+    };
+    for (label, want) in [
+        ("enforced", |s: Support| s == Support::Enforced),
+        ("annotation", |s: Support| s == Support::Annotation),
+        ("refused", |s: Support| matches!(s, Support::Refused(_))),
+    ] as [(&str, fn(Support) -> bool); 3]
+    {
+        let listed = row(label);
+        let table: Vec<&str> = KEYWORDS
+            .iter()
+            .filter(|(_, s)| want(*s))
+            .map(|(k, _)| *k)
+            .collect();
+        assert_eq!(listed, table, "docs/server.md's `{label}` row");
+    }
+    let formats = doc
+        .lines()
+        .find(|l| l.starts_with("- `format` is enforced for"))
+        .expect("the formats line");
+    let listed: Vec<&str> = formats
+        .split(';')
+        .next()
+        .unwrap()
+        .split('`')
+        .skip(3)
+        .step_by(2)
+        .collect();
+    assert_eq!(listed, FORMATS, "docs/server.md's format list");
+    let limits = |n: usize| format!("| {} |", fmt_thousands(n));
+    assert!(doc.contains(&limits(MAX_SCHEMA_NODES)), "schema limit");
+    assert!(doc.contains(&limits(MAX_GRAMMAR_RULES)), "grammar limit");
+}
+
+fn fmt_thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
