@@ -26,10 +26,10 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from . import parse_params
+from ._settings import PenaltySettings
 
 
-class RepetitionPenalty:
+class RepetitionPenalty(PenaltySettings):
     """The repeat / presence / frequency penalties with gauge's definitions, on numpy rows.
 
     Args:
@@ -43,50 +43,13 @@ class RepetitionPenalty:
         exempt: token ids never penalised (they still take their place in the window).
     """
 
-    def __init__(
-        self,
-        penalty: float,
-        mode: str = "normalized",
-        last_n: int = -1,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        exempt: Iterable[int] = (),
-    ):
-        p = parse_params(
-            {
-                "repeat_penalty": penalty,
-                "repeat_penalty_mode": mode,
-                "repeat_last_n": last_n,
-                "presence_penalty": presence_penalty,
-                "frequency_penalty": frequency_penalty,
-                "penalty_exempt": list(exempt),
-            }
-        )
-        self.penalty = np.float32(penalty)
-        self.mode = p["repeat_penalty_mode"]
-        self.last_n = int(p["repeat_last_n"])
-        self.presence_penalty = float(presence_penalty)
-        self.frequency_penalty = float(frequency_penalty)
-        self.exempt = np.array(sorted(int(t) for t in p["penalty_exempt"]), dtype=np.int64)
-
-    @property
-    def is_off(self) -> bool:
-        no_op = self.penalty == 1.0 and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0
-        return self.last_n == 0 or no_op
-
     def __call__(self, tokens, logits: np.ndarray) -> np.ndarray:
         """The penalised copy of ``logits`` (``[V]`` or ``[..., V]``, every row with the history
         ``tokens``), float32."""
         row = np.array(logits, dtype=np.float32)
         if self.is_off or len(tokens) == 0:
             return row
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if self.last_n > 0:
-            ids = ids[-self.last_n :]
-        ids = ids[(ids >= 0) & (ids < row.shape[-1])]
-        if self.exempt.size:
-            ids = ids[~np.isin(ids, self.exempt)]
-        ids, counts = np.unique(ids, return_counts=True)
+        ids, counts = self.seen(tokens, row.shape[-1])
         if ids.size == 0:
             return row
         if self.mode == "normalized":
