@@ -95,6 +95,25 @@ impl Penalty {
         self.theta == 1.0
     }
 
+    /// The `penalties` stage this run asks every stack for (gauge's request fields): the one
+    /// operator → settings map, which gauge's decode, the llama.cpp driver and the Python engines
+    /// (through `gauge_sampling._native.op_stage`) all read.
+    pub fn stage(&self) -> StageSettings {
+        let (repeat_penalty, mode, presence_penalty) = match self.op {
+            _ if self.is_off() => (1.0, PenaltyMode::Ctrl, 0.0),
+            Op::Ctrl => (self.theta, PenaltyMode::Ctrl, 0.0),
+            Op::Normalized => (self.theta, PenaltyMode::Normalized, 0.0),
+            Op::Subtractive => (1.0, PenaltyMode::Ctrl, self.alpha),
+            #[cfg(test)]
+            Op::TestNoise => (1.0, PenaltyMode::Ctrl, 0.0),
+        };
+        StageSettings {
+            repeat_penalty,
+            mode,
+            presence_penalty,
+        }
+    }
+
     /// The penalised value of a seen token whose (shifted, maybe normalised) value is `v`: the
     /// sampling library's `penalties` stage with this run's settings (every seen token counted
     /// once, no frequency penalty).
@@ -103,14 +122,21 @@ impl Penalty {
         if self.is_off() {
             return v;
         }
-        match self.op {
-            Op::Ctrl => penalize_seen(PenaltyMode::Ctrl, v, self.theta, 1, 0.0, 0.0),
-            Op::Normalized => penalize_seen(PenaltyMode::Normalized, v, self.theta, 1, 0.0, 0.0),
-            Op::Subtractive => penalize_seen(PenaltyMode::Ctrl, v, 1.0, 1, 0.0, self.alpha),
-            #[cfg(test)]
-            Op::TestNoise => v,
-        }
+        let s = self.stage();
+        penalize_seen(s.mode, v, s.repeat_penalty, 1, 0.0, s.presence_penalty)
     }
+}
+
+/// A `penalties` stage's settings, in gauge's request-field terms (`repeat_penalty`,
+/// `repeat_penalty_mode`, `presence_penalty`; the seen set is the run's, no frequency penalty).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageSettings {
+    /// θ (1 = off).
+    pub repeat_penalty: f32,
+    /// ctrl (on raw logits) or normalized (on log-probabilities).
+    pub mode: PenaltyMode,
+    /// Subtracted once from every seen token.
+    pub presence_penalty: f32,
 }
 
 /// `y` shifted by `c` on the fly, without a buffer.

@@ -284,12 +284,11 @@ pub(crate) fn llama_chain<R>(
     n_vocab: usize,
     last_n: usize,
 ) -> Result<Option<LlamaChain>, LabError> {
-    let off = spec.theta == 1.0;
-    let (repeat, present) = match spec.op {
-        Op::Ctrl => (spec.theta, 0.0),
-        Op::Subtractive => (1.0, if off { 0.0 } else { spec.alpha }),
-        _ => return Ok(None),
-    };
+    let stage = spec.penalty().stage();
+    if !matches!(spec.op, Op::Ctrl | Op::Subtractive) {
+        return Ok(None);
+    }
+    let (repeat, present) = (stage.repeat_penalty, stage.presence_penalty);
     let last_n = i32::try_from(last_n).unwrap_or(i32::MAX);
     Ok(Some(LlamaChain::shifted_penalties_greedy(
         n_vocab, spec.c, last_n, repeat, 0.0, present,

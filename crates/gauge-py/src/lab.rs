@@ -133,6 +133,12 @@ impl PyProbeRun {
         serde_json::to_string(self.inner.config()).unwrap_or_default()
     }
 
+    /// The grid in one line (`ctrl,normalized × θ {1,1.3} × ±5`), as `gauge probe` labels it.
+    #[getter]
+    fn grid_label(&self) -> String {
+        self.inner.config().grid_label()
+    }
+
     /// Chunks of `phase` (0: flip and zero-point runs, 1: the own-median run) still to decode.
     fn pending_chunks(&self, phase: u8) -> PyResult<Vec<usize>> {
         self.inner.pending_chunks(phase).map_err(lab_error)
@@ -173,6 +179,25 @@ impl PyProbeRun {
         let s = py.detach(|| self.inner.finish(plots)).map_err(lab_error)?;
         serde_json::to_string_pretty(&s).map_err(|e| json_error("summary", e))
     }
+}
+
+/// The `penalties` stage an operator asks for at θ and α, in gauge's request fields:
+/// `{"repeat_penalty", "repeat_penalty_mode", "presence_penalty"}` (gauge-lab's one map, which
+/// every engine reads). An unknown `op` is a `ValueError` naming it.
+#[pyfunction]
+fn op_stage(op: &str, theta: f32, alpha: f32) -> PyResult<String> {
+    let op = gauge_lab::ops::Op::parse(op).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "op: unknown operator {op:?} (allowed: ctrl, normalized, subtractive)"
+        ))
+    })?;
+    let s = gauge_lab::ops::Penalty { op, theta, alpha }.stage();
+    Ok(serde_json::json!({
+        "repeat_penalty": s.repeat_penalty,
+        "repeat_penalty_mode": s.mode,
+        "presence_penalty": s.presence_penalty,
+    })
+    .to_string())
 }
 
 /// `gauge json`'s defaults as a `config.json` object (model label empty).
@@ -316,5 +341,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_probe_table, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_model, m)?)?;
     m.add_function(wrap_pyfunction!(default_model, m)?)?;
+    m.add_function(wrap_pyfunction!(op_stage, m)?)?;
     Ok(())
 }

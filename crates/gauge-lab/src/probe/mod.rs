@@ -154,7 +154,7 @@ pub fn run_probe_with(
     let bar = phase_bar(
         ctl.progress,
         cfg,
-        &format!("A1 {} ", describe_grid(cfg)),
+        &format!("A1 {} ", cfg.grid_label()),
         &dir,
         false,
     );
@@ -258,15 +258,18 @@ pub fn compare_probe_runs(
     Ok(out)
 }
 
-fn describe_grid(cfg: &ProbeConfig) -> String {
-    let ops: Vec<&str> = cfg.ops.iter().map(|o| o.name()).collect();
-    let th: Vec<String> = cfg.thetas.iter().map(|t| t.to_string()).collect();
-    format!(
-        "{} × θ {{{}}} × ±{}",
-        ops.join(","),
-        th.join(","),
-        cfg.shift
-    )
+impl ProbeConfig {
+    /// The grid in one line, as the progress bars label it: `ctrl,normalized × θ {1,1.3} × ±5`.
+    pub fn grid_label(&self) -> String {
+        let ops: Vec<&str> = self.ops.iter().map(|o| o.name()).collect();
+        let th: Vec<String> = self.thetas.iter().map(|t| t.to_string()).collect();
+        format!(
+            "{} × θ {{{}}} × ±{}",
+            ops.join(","),
+            th.join(","),
+            self.shift
+        )
+    }
 }
 
 fn phase_bar(
