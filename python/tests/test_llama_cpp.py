@@ -18,7 +18,7 @@ from conftest import DATA, ROOT, need, need_import
 llama_cpp = need_import("llama_cpp")
 gs = need_import("gauge_sampling")
 
-from gauge_sampling.llama_cpp import LogitsProcessor  # noqa: E402
+from gauge_sampling.llama_cpp import RepetitionPenaltyLogitsProcessor as LogitsProcessor  # noqa: E402
 
 REF = json.loads((DATA / "engines-reference.json").read_text())
 SMALL = REF["grids"]["small"]

@@ -15,7 +15,7 @@ from conftest import DEVICE, need_import
 torch = need_import("torch")
 vllm = need_import("vllm")
 gs = need_import("gauge_sampling")
-from gauge_sampling.vllm import RepetitionPenalty  # noqa: E402
+from gauge_sampling.vllm import RepetitionPenalty, RepetitionPenaltyLogitsProcessor  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdateBuilder, MoveDirectionality  # noqa: E402
@@ -36,10 +36,26 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 NORM = {"repeat_penalty": THETA, "repeat_penalty_mode": "normalized", "repeat_last_n": -1}
-CTRL4 = {"repeat_penalty": 2.0, "repeat_last_n": 4, "presence_penalty": 0.5}
+CTRL4 = {"repeat_penalty": 2.0, "repeat_penalty_mode": "ctrl", "repeat_last_n": 4, "presence_penalty": 0.5}
 
 
 # -- v1 interface, through vLLM's BatchUpdateBuilder ------------------------------------------
+
+
+def test_theta_alone_is_the_fix_over_prompt_and_output():
+    """The wheel's one rule: the defaults are the normalized penalty over the host's own seen set
+    (vLLM's repetition_penalty sees prompt + output), not gauge serve's ctrl over 64 tokens."""
+    assert RepetitionPenalty is RepetitionPenaltyLogitsProcessor
+    proc = RepetitionPenaltyLogitsProcessor(object(), torch.device(DEVICE), False)
+    logits = (torch.randn(1, V, generator=torch.Generator().manual_seed(1)) * 3).repeat(2, 1).to(DEVICE)
+    prompt = list(range(10, 90))  # longer than gauge serve's 64-token window
+    b = BatchUpdateBuilder()
+    b.added.append((0, SamplingParams(extra_args={"repeat_penalty": THETA}), prompt, [5]))
+    b.added.append((1, SamplingParams(extra_args={**NORM}), prompt, [5]))
+    proc.update_state(b.get_and_reset(2))
+    got = proc.apply(logits.clone())
+    close(got[0], rust(logits[0], prompt + [5], **NORM))
+    torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
 
 
 def test_v1_add_move_swap_remove():
@@ -103,7 +119,7 @@ def test_the_wheel_registers_the_entry_point():
     from vllm.v1.sample.logits_processor import _load_logitsprocs_plugins
 
     eps = importlib.metadata.entry_points(group="vllm.logits_processors")
-    assert any(ep.value == "gauge_sampling.vllm:RepetitionPenalty" for ep in eps)
+    assert any(ep.value == "gauge_sampling.vllm:RepetitionPenaltyLogitsProcessor" for ep in eps)
     assert RepetitionPenalty in _load_logitsprocs_plugins()
 
 
@@ -205,7 +221,8 @@ def test_mixed_batch(llm, a1_prefixes):
         "ctrl": params(extra_args=ctrl),
         "vllm": params(repetition_penalty=THETA),
         "norm+5": params(extra_args=NORM, logit_bias=shift(5.0, vocab)),
-        "norm-5": params(extra_args=NORM, logit_bias=shift(-5.0, vocab)),
+        # θ alone: the processor's defaults are NORM's (the fix, over prompt + output).
+        "norm-5": params(extra_args={"repeat_penalty": THETA}, logit_bias=shift(-5.0, vocab)),
         "ctrl+5": params(extra_args=ctrl, logit_bias=shift(5.0, vocab)),
         "ctrl-5": params(extra_args=ctrl, logit_bias=shift(-5.0, vocab)),
         "norm1.5w16": params(extra_args={**NORM, "repeat_penalty": 1.5, "repeat_last_n": 16}),

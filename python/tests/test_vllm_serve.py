@@ -89,7 +89,9 @@ def _complete(client, model, prompt, **extra) -> list[str]:
 def test_vllm_xargs_switch_the_penalty_on_per_request(server, a1_prefixes):
     client, model = server
     for prompt in a1_prefixes[:2]:
-        ours = _complete(client, model, prompt, vllm_xargs={"repeat_penalty": THETA, "repeat_last_n": -1})
+        ours = _complete(
+            client, model, prompt, vllm_xargs={"repeat_penalty": THETA, "repeat_penalty_mode": "ctrl"}
+        )
         theirs = _complete(client, model, prompt, repetition_penalty=THETA)
         plain = _complete(client, model, prompt)
         assert ours == theirs
@@ -98,11 +100,7 @@ def test_vllm_xargs_switch_the_penalty_on_per_request(server, a1_prefixes):
             client,
             model,
             prompt,
-            vllm_xargs={
-                "repeat_penalty": THETA,
-                "repeat_penalty_mode": "normalized",
-                "penalty_exempt": [11, 13],
-            },
+            vllm_xargs={"repeat_penalty": THETA, "penalty_exempt": [11, 13]},  # normalized by default
         )
         assert len(norm) == 24
 

@@ -192,10 +192,12 @@ fn op_stage(op: &str, theta: f32, alpha: f32) -> PyResult<String> {
         ))
     })?;
     let s = gauge_lab::ops::Penalty { op, theta, alpha }.stage();
+    // An f32 as the shortest decimal that reads back to it (1.3, not 1.2999999523162842).
+    let short = |x: f32| x.to_string().parse::<f64>().unwrap_or(f64::from(x));
     Ok(serde_json::json!({
-        "repeat_penalty": s.repeat_penalty,
+        "repeat_penalty": short(s.repeat_penalty),
         "repeat_penalty_mode": s.mode,
-        "presence_penalty": s.presence_penalty,
+        "presence_penalty": short(s.presence_penalty),
     })
     .to_string())
 }

@@ -58,3 +58,13 @@ class PenaltySettings:
         if self.exempt:
             ids = ids[~np.isin(ids, np.asarray(self.exempt, dtype=np.int64))]
         return np.unique(ids, return_counts=True)
+
+    def _repr_fields(self) -> str:
+        return (
+            f"penalty={self.penalty}, mode={self.mode!r}, last_n={self.last_n}, "
+            f"presence_penalty={self.presence_penalty}, frequency_penalty={self.frequency_penalty}, "
+            f"exempt={self.exempt}"
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._repr_fields()})"

@@ -1,13 +1,16 @@
 """gauge's repetition penalty as an HF transformers ``LogitsProcessor``.
 
     from transformers import LogitsProcessorList
-    from gauge_sampling.hf import RepetitionPenalty
+    from gauge_sampling.hf import RepetitionPenaltyLogitsProcessor
 
-    model.generate(**inputs, logits_processor=LogitsProcessorList([RepetitionPenalty(1.3)]))
+    model.generate(**inputs, logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)]))
 
-``mode="ctrl"`` is HF's ``RepetitionPenaltyLogitsProcessor`` (same tensor, bit for bit, when no
-window, exemption or padding applies); ``mode="normalized"`` (the default) penalises
-log-probabilities instead of raw logits, so a constant added to every logit changes nothing.
+A drop-in for transformers' own ``RepetitionPenaltyLogitsProcessor(penalty)``: the same name, the
+same first argument, the same seen set (the whole of ``input_ids``, prompt included), and the fix
+by default. As every face of the wheel: ``mode="normalized"`` (the default) penalises
+log-probabilities instead of raw logits, so a constant added to every logit changes nothing;
+``mode="ctrl"`` is transformers' processor (same tensor, bit for bit, when no window, exemption or
+padding applies). ``RepetitionPenalty`` is the same class under its former name.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from typing import Iterable, Optional
 import torch
 from transformers import LogitsProcessor
 
-from . import parse_params
 from ._penalty import penalize, valid_positions
+from ._settings import PenaltySettings
 
 
-class RepetitionPenalty(LogitsProcessor):
+class RepetitionPenaltyLogitsProcessor(PenaltySettings, LogitsProcessor):
     """The repeat / presence / frequency penalties with gauge's definitions.
 
     Args:
@@ -51,31 +54,9 @@ class RepetitionPenalty(LogitsProcessor):
         exempt: Iterable[int] = (),
         pad_token_id: Optional[int] = None,
     ):
-        # gauge's own parser checks every value, so errors read exactly as the CLI's.
-        p = parse_params(
-            {
-                "repeat_penalty": penalty,
-                "repeat_penalty_mode": mode,
-                "repeat_last_n": last_n,
-                "presence_penalty": presence_penalty,
-                "frequency_penalty": frequency_penalty,
-                "penalty_exempt": list(exempt),
-            }
-        )
-        self.penalty = float(penalty)
-        self.mode = p["repeat_penalty_mode"]
-        self.last_n = int(p["repeat_last_n"])
-        self.presence_penalty = float(presence_penalty)
-        self.frequency_penalty = float(frequency_penalty)
-        self.exempt = tuple(int(t) for t in p["penalty_exempt"])
+        super().__init__(penalty, mode, last_n, presence_penalty, frequency_penalty, exempt)
         self.pad_token_id = pad_token_id
         self._exempt_tensors: dict[torch.device, torch.Tensor] = {}
-
-    @property
-    def is_off(self) -> bool:
-        """True when the processor returns its input unchanged."""
-        no_op = self.penalty == 1.0 and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0
-        return self.last_n == 0 or no_op
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.is_off:
@@ -112,8 +93,8 @@ class RepetitionPenalty(LogitsProcessor):
         return self._exempt_tensors[device]
 
     def __repr__(self) -> str:
-        return (
-            f"RepetitionPenalty(penalty={self.penalty}, mode={self.mode!r}, last_n={self.last_n}, "
-            f"presence_penalty={self.presence_penalty}, frequency_penalty={self.frequency_penalty}, "
-            f"exempt={self.exempt}, pad_token_id={self.pad_token_id})"
-        )
+        return f"{type(self).__name__}({self._repr_fields()}, pad_token_id={self.pad_token_id})"
+
+
+#: The former name, kept: the same class.
+RepetitionPenalty = RepetitionPenaltyLogitsProcessor

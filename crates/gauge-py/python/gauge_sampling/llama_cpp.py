@@ -1,13 +1,13 @@
 """gauge's repetition penalty for llama-cpp-python, two ways.
 
-1. A ``LogitsProcessor`` for the high-level ``Llama`` (numpy, no extra library)::
+1. A logits processor for the high-level ``Llama`` (numpy, no extra library)::
 
        from llama_cpp import Llama, LogitsProcessorList
-       from gauge_sampling.llama_cpp import LogitsProcessor
+       from gauge_sampling.llama_cpp import RepetitionPenaltyLogitsProcessor
 
        llm = Llama("model.gguf")
        llm("Once upon a time", repeat_penalty=1.0,          # llama.cpp's own penalty off
-           logits_processor=LogitsProcessorList([LogitsProcessor(1.3)]))
+           logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)]))
 
    llama-cpp-python runs ``logits_processor`` as a custom sampler *before* llama.cpp's
    ``penalties`` sampler (``Llama._init_sampler``, llama_cpp/llama.py, 0.3.36), so with
@@ -16,7 +16,9 @@
    accepted into llama.cpp's penalty window). ``mode="ctrl"`` is llama.cpp's sign-branched rule
    (``<= 0`` multiplies, else divides) in the same float32 operations, token-identical to
    ``repeat_penalty=θ``; ``mode="normalized"`` (the default) penalises log-probabilities, so a
-   constant added to every logit changes nothing.
+   constant added to every logit changes nothing. As every face of the wheel: the fix by default,
+   over the seen set of the host's own penalty. ``LogitsProcessor`` is the same class under its
+   former name.
 
 2. libgauge's C sampler in a llama.cpp chain through llama-cpp-python's low-level API
    (:func:`c_penalties` / :func:`greedy_chain`, docs/c-api.md): no Python on the per-token path.
@@ -26,14 +28,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
-from . import parse_params
+from ._settings import PenaltySettings
 
 
-class LogitsProcessor:
+class RepetitionPenaltyLogitsProcessor(PenaltySettings):
     """gauge's repeat / presence / frequency penalties as a llama-cpp-python logits processor:
     ``(input_ids: np.ndarray[intc], scores: np.ndarray[float32]) -> np.ndarray[float32]``.
 
@@ -46,6 +48,7 @@ class LogitsProcessor:
             whose ``input_ids`` do not extend it starts a new generation (or call :meth:`reset`).
             True: every token of ``input_ids`` counts (llama-server's scope, the protocol's).
         presence_penalty, frequency_penalty: subtracted as llama.cpp does (after θ).
+        exempt: token ids never penalised (they still take their place in the window).
     """
 
     def __init__(
@@ -56,23 +59,14 @@ class LogitsProcessor:
         include_prompt: bool = False,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
+        exempt: Iterable[int] = (),
     ):
-        p = parse_params(
-            {
-                "repeat_penalty": penalty,
-                "repeat_penalty_mode": mode,
-                "repeat_last_n": last_n,
-                "presence_penalty": presence_penalty,
-                "frequency_penalty": frequency_penalty,
-            }
-        )
-        self.theta = np.float32(penalty)
-        self.mode = p["repeat_penalty_mode"]
-        self.last_n = int(p["repeat_last_n"])
+        super().__init__(penalty, mode, last_n, presence_penalty, frequency_penalty, exempt)
         self.include_prompt = bool(include_prompt)
-        self.presence = np.float32(presence_penalty)
-        self.frequency = np.float32(frequency_penalty)
         self._prompt: Optional[np.ndarray] = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._repr_fields()}, include_prompt={self.include_prompt})"
 
     def reset(self) -> None:
         """Forget the prompt: the next call starts a generation."""
@@ -90,11 +84,6 @@ class LogitsProcessor:
             ids = ids[-self.last_n :]
         return ids
 
-    @property
-    def is_off(self) -> bool:
-        off = self.theta == 1.0 and self.presence == 0.0 and self.frequency == 0.0
-        return self.last_n == 0 or off
-
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         ids = self.window(input_ids)
         if self.is_off or len(ids) == 0:
@@ -106,13 +95,15 @@ class LogitsProcessor:
             out = out - np.float32(np.log(np.exp(out, dtype=np.float32).sum(dtype=np.float32)))
         else:
             out = z.copy()
-        uniq, counts = np.unique(ids[(ids >= 0) & (ids < len(z))], return_counts=True)
+        uniq, counts = self.seen(ids, len(z))
+        theta = np.float32(self.penalty)
         v = out[uniq]
         if self.mode == "normalized":
-            v = v * self.theta
+            v = v * theta
         else:
-            v = np.where(v <= 0, v * self.theta, v / self.theta)
-        v = v - counts.astype(np.float32) * self.frequency - (counts > 0).astype(np.float32) * self.presence
+            v = np.where(v <= 0, v * theta, v / theta)
+        frequency, presence = np.float32(self.frequency_penalty), np.float32(self.presence_penalty)
+        v = v - counts.astype(np.float32) * frequency - (counts > 0).astype(np.float32) * presence
         out[uniq] = v.astype(np.float32)
         return out
 
@@ -206,3 +197,7 @@ def generate_c(llm, lib: ctypes.CDLL, prompt: list[int], n: int, theta: float, m
         return out
     finally:
         llama_cpp.llama_sampler_free(chain)
+
+
+#: The former name, kept: the same class.
+LogitsProcessor = RepetitionPenaltyLogitsProcessor

@@ -1,20 +1,22 @@
 """gauge's repetition penalty as a vLLM custom logits processor, switched on per request.
 
     from vllm import LLM, SamplingParams
-    from gauge_sampling.vllm import RepetitionPenalty
+    from gauge_sampling.vllm import RepetitionPenaltyLogitsProcessor
 
-    llm = LLM(model=..., logits_processors=[RepetitionPenalty])
-    llm.generate(prompts, SamplingParams(extra_args={"repeat_penalty": 1.3,
-                                                     "repeat_penalty_mode": "normalized"}))
+    llm = LLM(model=..., logits_processors=[RepetitionPenaltyLogitsProcessor])
+    llm.generate(prompts, SamplingParams(extra_args={"repeat_penalty": 1.3}))
 
-Over HTTP (``vllm serve ... --logits-processors gauge_sampling.vllm:RepetitionPenalty``, or with
-no flag through the ``vllm.logits_processors`` entry point the wheel installs) the same fields go
-in ``vllm_xargs``. The fields are gauge's, with gauge's meaning and defaults: ``repeat_penalty``
-(θ, 1 = off), ``repeat_penalty_mode`` (``"ctrl"`` default, or ``"normalized"``),
-``repeat_last_n`` (64 default; -1 = prompt and output, 0 = off), ``presence_penalty``,
-``frequency_penalty`` and ``penalty_exempt`` (token ids). The seen set is the last
-``repeat_last_n`` tokens of prompt + output, as in gauge's chain. Requests without any of these
-fields are not touched.
+Over HTTP (``vllm serve ... --logits-processors gauge_sampling.vllm:RepetitionPenaltyLogitsProcessor``,
+or with no flag through the ``vllm.logits_processors`` entry point the wheel installs) the same
+fields go in ``vllm_xargs``. The fields are gauge's names (``repeat_penalty`` θ, 1 = off;
+``repeat_penalty_mode``; ``repeat_last_n``, -1 = prompt and output, 0 = off; ``presence_penalty``,
+``frequency_penalty``, ``penalty_exempt`` token ids), checked by gauge's parser. As every face of
+the wheel, the defaults are the fix over the host's own seen set: ``repeat_penalty_mode``
+``"normalized"`` and ``repeat_last_n`` -1 (prompt + output, what vLLM's ``repetition_penalty``
+sees); ask for ``"ctrl"`` to get vLLM's (and llama.cpp's) sign-branched operator. (gauge serve
+reads the same names with llama-server's defaults, ctrl over the last 64 tokens, because there
+they must mean what llama-server means.) Requests without any of these fields are not touched.
+``RepetitionPenalty`` is the same class under its former name.
 
 One class serves both of vLLM's processor interfaces: the v1 one
 (``vllm.v1.sample.logits_processor.LogitsProcessor``, what vLLM's CPU build runs) and, where the
@@ -54,6 +56,9 @@ FIELDS = (
     "penalty_exempt",
 )
 
+#: Where the processor's defaults differ from gauge's request fields (see the module doc).
+DEFAULTS = {"repeat_penalty_mode": "normalized", "repeat_last_n": -1}
+
 
 @dataclass(frozen=True)
 class RequestPenalty:
@@ -76,6 +81,7 @@ def request_penalty(extra_args: Optional[Mapping[str, Any]]) -> Optional[Request
     fields = {k: extra_args[k] for k in FIELDS if k in extra_args}
     if not fields:
         return None
+    fields = {**DEFAULTS, **fields}
     try:
         p = parse_params(fields)
     except ValueError as e:
@@ -158,31 +164,46 @@ def _apply_group(
     logits.index_copy_(0, row_index, out.to(logits.dtype))
 
 
-class _V1State:
-    """The v1 interface's bookkeeping: batch index -> (settings, prompt ids, live output ids)."""
+class _Requests(dict):
+    """Batch row (v1) or request slot (Model Runner V2) -> what the processor keeps for it, for
+    the requests that ask for a penalty. Both interfaces add through :meth:`set`; the v1 one
+    also removes and moves rows, in the order ``BatchUpdate`` documents: removed, added, moved
+    (vLLM's own sparse processors share ``process_dict_updates`` the same way)."""
 
-    def __init__(self) -> None:
-        self.rows: dict[int, tuple[RequestPenalty, Sequence[int], list[int]]] = {}
+    def set(self, index: int, sampling_params, history: tuple = ()) -> bool:
+        """Record the request's settings (with ``history`` after them, when given); False, and
+        nothing kept, when it asks for no penalty."""
+        pen = request_penalty(getattr(sampling_params, "extra_args", None))
+        if pen is None:
+            self.pop(index, None)
+            return False
+        self[index] = (pen, *history) if history else pen
+        return True
 
-    def update(self, batch_update: Optional[BatchUpdate]) -> None:
+    def apply_update(self, batch_update: Optional[BatchUpdate]) -> None:
         if batch_update is None:
             return
-        # The documented order: removed, added, moved.
         for index in batch_update.removed:
-            self.rows.pop(index, None)
+            self.pop(index, None)
         for index, params, prompt_ids, output_ids in batch_update.added:
-            pen = request_penalty(getattr(params, "extra_args", None))
-            if pen is None:
-                self.rows.pop(index, None)
-            else:
-                self.rows[index] = (pen, prompt_ids or (), output_ids)
+            self.set(index, params, (prompt_ids or (), output_ids))
         for a, b, direction in batch_update.moved:
-            entry_a = self.rows.pop(a, None)
-            entry_b = self.rows.pop(b, None)
+            entry_a = self.pop(a, None)
+            entry_b = self.pop(b, None)
             if entry_a is not None:
-                self.rows[b] = entry_a
+                self[b] = entry_a
             if direction == MoveDirectionality.SWAP and entry_b is not None:
-                self.rows[a] = entry_b
+                self[a] = entry_b
+
+
+class _V1State:
+    """The v1 interface: batch row -> (settings, prompt ids, live output ids)."""
+
+    def __init__(self) -> None:
+        self.rows = _Requests()
+
+    def update(self, batch_update: Optional[BatchUpdate]) -> None:
+        self.rows.apply_update(batch_update)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         for normalized in (False, True):
@@ -208,15 +229,10 @@ class _V2State:
 
     def __init__(self, req_states) -> None:
         self.req_states = req_states
-        self.slots: dict[int, RequestPenalty] = {}
+        self.slots = _Requests()
 
     def add(self, slot: int, sampling_params) -> bool:
-        pen = request_penalty(getattr(sampling_params, "extra_args", None))
-        if pen is None:
-            self.slots.pop(slot, None)
-            return False
-        self.slots[slot] = pen
-        return True
+        return self.slots.set(slot, sampling_params)
 
     def apply(self, logits: torch.Tensor, ctx) -> torch.Tensor:
         if not self.slots:
@@ -275,11 +291,11 @@ def _claim(vllm_config, instance) -> bool:
 _BASES = (V1LogitsProcessor,) if V2LogitsProcessor is None else (V1LogitsProcessor, V2LogitsProcessor)
 
 
-class RepetitionPenalty(*_BASES):
+class RepetitionPenaltyLogitsProcessor(*_BASES):
     """gauge's repeat / presence / frequency penalties for the requests that ask for them.
 
-    v1 runner: ``RepetitionPenalty(vllm_config, device, is_pin_memory)``; Model Runner V2:
-    ``RepetitionPenalty(vllm_config, req_states)``.
+    v1 runner: ``RepetitionPenaltyLogitsProcessor(vllm_config, device, is_pin_memory)``; Model
+    Runner V2: ``RepetitionPenaltyLogitsProcessor(vllm_config, req_states)``.
     """
 
     def __init__(self, vllm_config, *args) -> None:
@@ -290,8 +306,8 @@ class RepetitionPenalty(*_BASES):
             self._v1, self._v2 = None, _V2State(args[0])
         else:
             raise TypeError(
-                "RepetitionPenalty(vllm_config, device, is_pin_memory) (v1) or "
-                "RepetitionPenalty(vllm_config, req_states) (Model Runner V2)"
+                "RepetitionPenaltyLogitsProcessor(vllm_config, device, is_pin_memory) (v1) or "
+                "RepetitionPenaltyLogitsProcessor(vllm_config, req_states) (Model Runner V2)"
             )
         self.active = _claim(vllm_config, self)
 
@@ -325,3 +341,8 @@ class RepetitionPenalty(*_BASES):
         if not self._v1.rows:
             return logits
         return self._v1.apply(logits)
+
+
+#: The former name, kept: the same class (``--logits-processors gauge_sampling.vllm:RepetitionPenalty``
+#: still works).
+RepetitionPenalty = RepetitionPenaltyLogitsProcessor

@@ -20,8 +20,11 @@ engine's own default scope, recorded in ``info["options"]["seen"]``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Protocol, runtime_checkable
+
+from .. import _native
 
 #: ``--engine`` → the module under ``gauge_sampling.lab`` with its ``load`` function.
 ENGINES: dict[str, str] = {
@@ -107,3 +110,11 @@ def module_of(name: str) -> str:
         return ENGINES[name]
     except KeyError:
         raise ValueError(f"--engine: unknown engine {name!r} (allowed: {', '.join(ENGINES)})") from None
+
+
+def stage(op: str, theta: float, alpha: float) -> dict:
+    """The ``penalties`` stage an operator asks for, in gauge's request fields
+    (``repeat_penalty``, ``repeat_penalty_mode``, ``presence_penalty``): gauge-lab's one map from
+    the note's operators to settings, so an engine that runs gauge's processor asks it for exactly
+    what ``gauge probe`` runs. ``ValueError`` naming an unknown op."""
+    return json.loads(_native.op_stage(op, theta, alpha))

@@ -4,8 +4,9 @@ Per run and step the row goes through the stack's processors, in the note's orde
 ``Shift(c)`` (adds c to every logit) → the penalty → greedy (first index of the maximum):
 
 - ctrl: transformers' ``RepetitionPenaltyLogitsProcessor(θ)`` (the note's driver);
-- normalized: ``gauge_sampling.hf.RepetitionPenalty(θ, mode="normalized")``;
-- subtractive: a presence penalty α (``gauge_sampling.hf.RepetitionPenalty(1, presence_penalty=α)``);
+- normalized: ``gauge_sampling.hf.RepetitionPenaltyLogitsProcessor(θ, mode="normalized")``;
+- subtractive: a presence penalty α
+  (``gauge_sampling.hf.RepetitionPenaltyLogitsProcessor(1, presence_penalty=α)``);
 - θ = 1: no penalty (every op is switched off there, the validity gate).
 
 The seen set is the whole prompt + output (HF's processors see all of ``input_ids``).
@@ -32,8 +33,8 @@ from typing import Callable, Optional
 import torch
 from transformers import LogitsProcessor, RepetitionPenaltyLogitsProcessor
 
-from ..hf import RepetitionPenalty
-from .engine import Loaded, RunOut
+from ..hf import RepetitionPenaltyLogitsProcessor as GaugePenalty
+from .engine import Loaded, RunOut, stage
 
 
 class Shift(LogitsProcessor):
@@ -51,16 +52,20 @@ class Shift(LogitsProcessor):
 
 
 def penalty_processor(op: str, theta: float, alpha: float) -> Optional[LogitsProcessor]:
-    """The stack's processor for one (op, θ): None when the penalty is off (θ = 1)."""
+    """The stack's processor for one (op, θ): None when the penalty is off (θ = 1). ctrl is
+    transformers' own processor; the others are gauge's, with the settings gauge-lab maps the
+    operator to (``stage``)."""
+    s = stage(op, theta, alpha)
     if theta == 1.0:
         return None
     if op == "ctrl":
         return RepetitionPenaltyLogitsProcessor(theta)
-    if op == "normalized":
-        return RepetitionPenalty(theta, mode="normalized", last_n=-1)
-    if op == "subtractive":
-        return RepetitionPenalty(1.0, mode="ctrl", last_n=-1, presence_penalty=alpha)
-    raise ValueError(f"op: unknown operator {op!r} (allowed: ctrl, normalized, subtractive)")
+    return GaugePenalty(
+        s["repeat_penalty"],
+        mode=s["repeat_penalty_mode"],
+        last_n=-1,
+        presence_penalty=s["presence_penalty"],
+    )
 
 
 @dataclass

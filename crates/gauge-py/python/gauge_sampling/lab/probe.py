@@ -19,11 +19,6 @@ def progress_bar(total: int, initial: int, label: str):
     return tqdm(total=total, initial=initial, desc=label, unit="prefix-pos", file=sys.stderr, disable=None)
 
 
-def describe_grid(cfg: dict) -> str:
-    th = ",".join(f"{t:g}" for t in cfg["thetas"])
-    return f"{','.join(cfg['ops'])} × θ {{{th}}} × ±{cfg['shift']:g}"
-
-
 def batches(run, pending: list[int], runs_per_prompt: int, max_runs: int) -> list[list[int]]:
     """Pending chunks grouped into decode batches of at most ``max_runs`` runs (a chunk that is
     larger on its own is still one batch). Fewer, larger batches stream the weights through
@@ -66,7 +61,7 @@ def run_probe(
         plan = json.loads(run.plan_json(phase))
         total = cfg["prefixes"] * tokens
         done = total - sum(len(run.chunk_prefixes(k)) for k in pending) * tokens
-        label = f"A1 {describe_grid(cfg)} " if phase == 0 else "A1 own-median gauge "
+        label = f"A1 {run.grid_label} " if phase == 0 else "A1 own-median gauge "
         bar = progress_bar(total, done, label)
         step = bar.update if bar is not None else (lambda n: None)
         groups = [pending] if engine.whole_phase else batches(run, pending, len(plan), max_runs)
