@@ -39,6 +39,7 @@ pub mod ops;
 pub mod plot;
 pub mod prefixes;
 pub mod probe;
+#[path = "probe/report.rs"]
 pub mod report;
 pub mod run;
 pub mod stack;
