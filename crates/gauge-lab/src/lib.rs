@@ -14,16 +14,18 @@
 //! * [`json`] — A2: JSON-schema validity per (operator, θ) on the note's 200 JSONSchemaBench
 //!   schemas.
 //! * [`delim`] — the HumanEval threshold/delimiter analysis.
+//! * [`calibrate`] — FIXCAL: the normalized θ′ that matches a raw θ on this model.
 //! * [`ops`] — the note's three operators (ctrl, normalized, subtractive) on full logit rows,
 //!   computed by gauge-sampling's `penalties` functions.
-//! * [`report`] and [`plot`] write `REPORT.md` and SVG/PNG plots with the note's numbers beside
-//!   gauge's; [`stats`] — flip rate, first divergence, Python-exact bootstrap, medians, rep rate.
+//! * Each experiment's `report` module writes its tables, `REPORT.md` and SVG/PNG plots ([`plot`])
+//!   with the note's numbers beside gauge's; [`report`] holds what they share; [`stats`] — flip
+//!   rate, first divergence, Python-exact bootstrap, medians, rep rate.
 //!
 //! Usage pattern (what `gauge probe` does):
 //! 1. build a [`probe::ProbeConfig`] (its `Default` is the quick grid);
 //! 2. call [`probe::run_probe`] with a source, a [`Codec`] and a results root; it resumes
 //!    `results/<run-id>/` if it exists;
-//! 3. print [`report::render_table`] of the returned [`probe::ProbeSummary`] (or the summary as
+//! 3. print [`probe::render_table`] of the returned [`probe::ProbeSummary`] (or the summary as
 //!    JSON for `--json`).
 //!
 //! `gauge json` and `gauge delim` are the same with [`json::run_json`] and [`delim::run_delim`].
@@ -39,7 +41,6 @@ pub mod ops;
 pub mod plot;
 pub mod prefixes;
 pub mod probe;
-#[path = "probe/report.rs"]
 pub mod report;
 pub mod run;
 pub mod stack;
@@ -50,6 +51,6 @@ pub mod stats;
 pub mod testing;
 
 pub use error::LabError;
+pub use probe::render_table;
 pub use probe::{run_probe, run_probe_with, ProbeConfig, ProbeSummary};
-pub use report::render_table;
 pub use run::{Codec, Grid, RunControl};

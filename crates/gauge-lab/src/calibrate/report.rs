@@ -6,12 +6,8 @@ use super::closed_form::{Requirement, StaticRequirement};
 use super::config::CalibConfig;
 use super::prompts::note_data;
 use crate::plot::{line_chart_svg, LineChart, Series};
-use crate::report::work_line;
+use crate::report::{opt, work_and_plots, work_line};
 use std::fmt::Write as _;
-
-fn opt(v: Option<f64>, prec: usize) -> String {
-    v.map_or_else(|| "—".to_string(), |x| format!("{x:.prec$}"))
-}
 
 /// `2.863`, `TRIVIAL (1)`, `✗ UNREACHABLE` for one match.
 fn cell(m: &MatchResult) -> String {
@@ -309,7 +305,7 @@ pub fn calibrate_report(cfg: &CalibConfig, s: &CalibSummary, plots: &[String]) -
         let _ = writeln!(o, "\nPresence α:\n");
         curve_table(&mut o, "α", &s.presence_curve);
     }
-    crate::report::work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
+    work_and_plots(&mut o, s.forward_tokens, s.naive_forward_tokens, plots);
     let _ = writeln!(o, "{} sweeps of {} prompts decoded.", s.sweeps, s.prompts);
     o
 }

@@ -28,11 +28,15 @@ mod config;
 mod cross;
 pub mod external;
 mod raw;
+mod report;
 
 pub use analysis::{analyze, Analysis, ConditionDetail, ZeroPointDetail};
 pub use config::{ProbeConfig, Role, PROBE_FORMAT};
 pub use cross::OtherStack;
 pub use raw::{RawLine, RawZeroPoint};
+pub use report::{
+    probe_report, render_table, write_probe_plots, NOTE_FLIP, NOTE_LOOP, NOTE_ZERO_POINT,
+};
 
 use crate::error::LabError;
 use crate::ops::{Op, SeenSet};
@@ -386,11 +390,11 @@ fn write_outputs(
 ) -> Result<(), LabError> {
     write_json(dir, "summary.json", &a.summary)?;
     let plot_names = if plots {
-        crate::report::write_probe_plots(dir, a)?
+        write_probe_plots(dir, a)?
     } else {
         Vec::new()
     };
-    let mut report = crate::report::probe_report(cfg, a, &plot_names);
+    let mut report = probe_report(cfg, a, &plot_names);
     report.push_str(&cross::table(cfg, &a.summary, others));
     write_atomic(&dir.join("REPORT.md"), report.as_bytes())?;
     Ok(())

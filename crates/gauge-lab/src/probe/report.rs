@@ -1,5 +1,5 @@
-//! Tables and reports: the terminal table of `gauge probe`, `REPORT.md` with tables shaped like the
-//! note's Tables 1, 2 and 4 (the note's numbers beside gauge's), and the plots.
+//! The probe's terminal table, `REPORT.md` with tables shaped like the note's Tables 1, 2 and 4
+//! (the note's numbers beside gauge's), and its plots.
 //!
 //! The note's numbers (docs/PROTOCOL.md §1.1, §1.2, §1.5, §1.9) are constants here, labelled with their
 //! design, so a reader sees at once whether a row is comparable: the note's A1 is 200 prefixes ×
@@ -10,6 +10,7 @@ use crate::error::LabError;
 use crate::ops::Op;
 use crate::plot::{bar_chart_svg, line_chart_svg, write_svg_png, Bar, LineChart, Series};
 use crate::probe::{Analysis, ConditionSummary, ProbeConfig, ProbeSummary};
+use crate::report::{opt, short, stack_note, work_line, work_saving};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -43,52 +44,9 @@ pub const NOTE_LOOP: [(f32, f64, f64, f64, f64); 6] = [
     (1.5, 0.014, 0.630, 0.033, 0.601),
 ];
 
-/// " (sampler: llama-cpp)" for the cross-stack runs, nothing for gauge's own.
-pub(crate) fn stack_note(s: crate::stack::Stack) -> String {
-    if s.is_gauge() {
-        String::new()
-    } else {
-        format!(" (sampler: {s})")
-    }
-}
-
 fn cond(s: &ProbeSummary, op: Op, theta: f32) -> Option<&ConditionSummary> {
     let t = crate::stats::f32_to_decimal_f64(theta);
     s.conditions.iter().find(|c| c.op == op && c.theta == t)
-}
-
-fn opt_f(v: Option<f64>, prec: usize) -> String {
-    v.map_or_else(|| "—".to_string(), |x| format!("{x:.prec$}"))
-}
-
-/// How many times fewer tokens the shared decode evaluated than a naive one (0 for no work).
-pub fn work_saving(forward_tokens: u64, naive_forward_tokens: u64) -> f64 {
-    if forward_tokens > 0 {
-        naive_forward_tokens as f64 / forward_tokens as f64
-    } else {
-        0.0
-    }
-}
-
-/// The last line of every experiment's terminal table: the work the shared decode saved.
-pub fn work_line(forward_tokens: u64, naive_forward_tokens: u64) -> String {
-    format!(
-        "forward tokens: {} (naive {}, {:.2}× less)",
-        forward_tokens,
-        naive_forward_tokens,
-        work_saving(forward_tokens, naive_forward_tokens)
-    )
-}
-
-/// The end of the json and delim reports: the work done, then the plots.
-pub(crate) fn work_and_plots(o: &mut String, forward_tokens: u64, naive: u64, plots: &[String]) {
-    let _ = writeln!(
-        o,
-        "\nWork: {forward_tokens} forward tokens evaluated vs {naive} for a naive run.\n"
-    );
-    for p in plots {
-        let _ = writeln!(o, "![{p}]({p}.svg) ([PNG]({p}.png))\n");
-    }
 }
 
 /// The terminal table of `gauge probe`.
@@ -110,7 +68,7 @@ pub fn render_table(s: &ProbeSummary) -> String {
             c.ci95[0],
             c.ci95[1],
             c.positions,
-            opt_f(c.median_first_divergence, 1),
+            opt(c.median_first_divergence, 1),
             c.rep_rate
         );
     }
@@ -271,7 +229,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
             zd.own_median_flips,
             zd.own_median_positions,
             cfg.shift,
-            opt_f(zd.synth_flip_rate, 4)
+            opt(zd.synth_flip_rate, 4)
         );
     } else {
         let _ = writeln!(
@@ -300,14 +258,14 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
         o,
         "| **{} (gauge)** | {} | {} | {} | {} | {} |",
         s.model,
-        opt_f(f(Op::Ctrl, 1.0), 4),
+        opt(f(Op::Ctrl, 1.0), 4),
         ctrl13.map_or("—".into(), |c| format!(
             "{:.4} [{:.4}, {:.4}]",
             c.flip_rate, c.ci95[0], c.ci95[1]
         )),
-        opt_f(sub.map(|c| c.flip_rate), 4),
-        opt_f(f(Op::Normalized, t13), 4),
-        opt_f(ctrl13.and_then(|c| c.median_first_divergence), 1)
+        opt(sub.map(|c| c.flip_rate), 4),
+        opt(f(Op::Normalized, t13), 4),
+        opt(ctrl13.and_then(|c| c.median_first_divergence), 1)
     );
     for (m, fl, ci, fd, ndiv) in NOTE_FLIP {
         let _ = writeln!(o, "| {m} (note, θ=1.3) | 0.000 | {fl:.4} [{:.4}, {:.4}] | 0.000 | 0.000 | {fd} ({ndiv}/200 diverging) |", ci[0], ci[1]);
@@ -330,9 +288,9 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
             d.positions,
             d.prefixes_diverging,
             d.prefixes,
-            opt_f(c.median_first_divergence, 1),
+            opt(c.median_first_divergence, 1),
             d.first_divergence_iqr.map_or(String::new(), |q| format!("[{:.1}, {:.1}]", q[0], q[1])),
-            opt_f(d.after_divergence_flip_rate, 4),
+            opt(d.after_divergence_flip_rate, 4),
             c.rep_rate,
             d.rep_rate_plus,
             d.rep_rate_minus
@@ -347,8 +305,8 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
         o,
         "| Gauge flip @θ={t13}, {} (gauge) | {} | {} |",
         s.model,
-        opt_f(f(Op::Ctrl, t13), 4),
-        opt_f(f(Op::Normalized, t13), 4)
+        opt(f(Op::Ctrl, t13), 4),
+        opt(f(Op::Normalized, t13), 4)
     );
     let _ = writeln!(o, "| Gauge flip @θ=1.3, gpt2-large / pythia-2.8b / gpt2 (note) | 0.96 / 0.94 / 0.58 | 0.00 / 0.00 / 0.00 |");
 
@@ -369,7 +327,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
     for th in thetas {
         let mut row = format!("| {th} |");
         for &op in &cfg.ops {
-            let _ = write!(row, " {} |", opt_f(cond(s, op, th).map(|c| c.rep_rate), 4));
+            let _ = write!(row, " {} |", opt(cond(s, op, th).map(|c| c.rep_rate), 4));
         }
         match NOTE_LOOP.iter().find(|n| n.0 == th) {
             Some(n) => {
@@ -453,7 +411,7 @@ pub fn write_probe_plots(dir: &Path, a: &Analysis) -> Result<Vec<String>, LabErr
         .collect();
     if let Some(z) = &s.zero_point {
         bars.push(Bar {
-            label: short(&s.model),
+            label: short(&s.model, 18),
             value: z.positive_fraction,
             highlight: true,
         });
@@ -473,12 +431,4 @@ pub fn write_probe_plots(dir: &Path, a: &Analysis) -> Result<Vec<String>, LabErr
         "rep_rate_vs_theta".into(),
         "positive_fraction".into(),
     ])
-}
-
-fn short(s: &str) -> String {
-    if s.chars().count() <= 18 {
-        s.to_string()
-    } else {
-        s.chars().take(17).collect::<String>() + "…"
-    }
 }
