@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .engine import Loaded, RunOut
+from .engine import Loaded, RunOut, stage
 
 
 def _configure_env(device: str, tp: int) -> None:
@@ -111,23 +111,25 @@ def _processor_class():
             c = torch.tensor([float(self.rows[i][0]["c"]) for i in rows], dtype=logits.dtype, device=dev)
             logits.index_copy_(0, idx, logits.index_select(0, idx) + c.unsqueeze(1))
             for normalized in (True, False):
-                key = "normalized" if normalized else "presence"
-                sel = [i for i in rows if self.rows[i][0].get(key) is not None]
+                stages = {i: self.rows[i][0].get("stage") for i in rows}
+                sel = [
+                    i
+                    for i, st in stages.items()
+                    if st and (st["repeat_penalty_mode"] == "normalized") == normalized
+                ]
                 if not sel:
                     continue
-                pens = []
-                for i in sel:
-                    v = float(self.rows[i][0][key])
-                    pens.append(
-                        RequestPenalty(
-                            theta=v if normalized else 1.0,
-                            normalized=normalized,
-                            last_n=-1,
-                            frequency=0.0,
-                            presence=0.0 if normalized else v,
-                            exempt=(),
-                        )
+                pens = [
+                    RequestPenalty(
+                        theta=stages[i]["repeat_penalty"],
+                        normalized=normalized,
+                        last_n=-1,
+                        frequency=0.0,
+                        presence=stages[i]["presence_penalty"],
+                        exempt=(),
                     )
+                    for i in sel
+                ]
                 hist = [list(self.rows[i][1]) + list(self.rows[i][2]) for i in sel]
                 width = max(1, max(len(h) for h in hist))
                 ids = torch.tensor([h + [-1] * (width - len(h)) for h in hist], dtype=torch.long)
@@ -137,6 +139,19 @@ def _processor_class():
             return logits
 
     return ProbeProcessor
+
+
+def probe_request(spec: dict, key: str) -> tuple[dict, float]:
+    """One run's ``gauge_probe`` request for ``ProbeProcessor`` (the shift, and gauge's stage for
+    normalized and subtractive, as gauge-lab maps the op: ``stage``) and the ``repetition_penalty``
+    vLLM's own sampler applies (ctrl's θ; 1 otherwise)."""
+    s = stage(spec["op"], float(spec["theta"]), float(spec.get("alpha", 1.0)))
+    probe = {"c": float(spec["c"]), "key": key}
+    if spec["op"] == "ctrl":
+        return probe, s["repeat_penalty"]
+    if s["repeat_penalty"] != 1.0 or s["presence_penalty"] != 0.0:
+        probe["stage"] = s
+    return probe, 1.0
 
 
 class VllmEngine:
@@ -176,12 +191,7 @@ class VllmEngine:
     def _params(self, spec: dict, tokens: int, key: str, record: Optional[str]):
         from vllm import SamplingParams
 
-        op, theta, on = spec["op"], float(spec["theta"]), float(spec["theta"]) != 1.0
-        probe = {"c": float(spec["c"]), "key": key}
-        if on and op == "normalized":
-            probe["normalized"] = theta
-        if on and op == "subtractive":
-            probe["presence"] = float(spec["alpha"])
+        probe, repetition_penalty = probe_request(spec, key)
         if record:
             probe["record"] = record
         return SamplingParams(
@@ -189,7 +199,7 @@ class VllmEngine:
             max_tokens=tokens,
             min_tokens=tokens,
             ignore_eos=True,
-            repetition_penalty=theta if (on and op == "ctrl") else 1.0,
+            repetition_penalty=repetition_penalty,
             detokenize=False,
             extra_args={"gauge_probe": probe},
         )
@@ -262,18 +272,13 @@ class VllmEngine:
         reqs, params, keys = [], [], []
         for j, p in enumerate(prompts):
             for r, spec in enumerate(plan):
-                op, theta, on = spec["op"], float(spec["theta"]), float(spec["theta"]) != 1.0
-                probe = {"c": float(spec["c"]), "key": f"{j}:{r}"}
-                if on and op == "normalized":
-                    probe["normalized"] = theta
-                if on and op == "subtractive":
-                    probe["presence"] = float(spec["alpha"])
+                probe, repetition_penalty = probe_request(spec, f"{j}:{r}")
                 reqs.append(TokensPrompt(prompt_token_ids=list(p)))
                 params.append(
                     SamplingParams(
                         temperature=0.0,
                         max_tokens=max_tokens,
-                        repetition_penalty=theta if (on and op == "ctrl") else 1.0,
+                        repetition_penalty=repetition_penalty,
                         stop=list(STOP_STRINGS),
                         include_stop_str_in_output=True,
                         skip_special_tokens=True,
