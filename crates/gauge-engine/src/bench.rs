@@ -56,6 +56,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 use crate::llama_source::LlamaSource;
+/// The median of repeated timings (shared with gauge-lab: [`crate::measure`]).
+pub use crate::measure::median;
 use crate::model::{Model, ModelOptions};
 use crate::reference::{ReferenceChain, ValidRow};
 use crate::source::LogitSource;
@@ -515,31 +517,9 @@ fn reference_block(
     Ok(t0.elapsed().as_secs_f64() * 1e6 / n as f64)
 }
 
-/// The median (mean of the middle two for an even count); NaN for no values.
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 fn progress_bar(on: bool, len: u64, unit: &str) -> indicatif::ProgressBar {
-    if !on {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
     let template = format!("[{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit} {{msg}}");
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&template)
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar
+    crate::measure::progress_bar(on, len, &template)
 }
 
 // -------------------------------------------------------------------------------------------------

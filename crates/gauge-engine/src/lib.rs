@@ -68,6 +68,7 @@ pub mod generate;
 pub mod llama_sampler;
 #[cfg(feature = "llama")]
 pub mod llama_source;
+pub mod measure;
 #[cfg(feature = "llama")]
 pub mod model;
 #[cfg(feature = "llama")]

@@ -29,17 +29,7 @@ pub fn first_divergence(a: &[TokenId], b: &[TokenId]) -> Option<usize> {
 
 /// Python `statistics.median`; `None` for no data.
 pub fn median(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    (!xs.is_empty()).then(|| gauge_engine::measure::median(&mut xs.to_vec()))
 }
 
 /// Repeats in a generated stream: tokens already in prompt ∪ earlier generated tokens.

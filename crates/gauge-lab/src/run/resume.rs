@@ -235,18 +235,13 @@ pub fn progress_bar(
     done: u64,
     unit: &str,
 ) -> indicatif::ProgressBar {
-    if !progress {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
     let template =
         format!("{{prefix}}[{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit}, ETA {{eta}}");
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&template)
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_prefix(label.to_string());
-    bar.set_position(done);
+    let bar = gauge_engine::measure::progress_bar(progress, total, &template);
+    if progress {
+        bar.set_prefix(label.to_string());
+        bar.set_position(done);
+    }
     bar
 }
 
