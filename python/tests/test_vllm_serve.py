@@ -111,3 +111,39 @@ def test_a_bad_value_is_http_400_naming_the_field(server):
         _complete(client, model, "Hello", vllm_xargs={"repeat_penalty": 1.2, "repeat_last_n": -9})
     assert err.value.status_code == 400
     assert "repeat_last_n" in str(err.value)
+
+
+def test_the_instrument_through_vllm_serve_is_the_vllm_engine(server, tmp_path):
+    """`python -m gauge_sampling probe --engine openai --url` on this server (the shift as a
+    full-vocabulary logit_bias, which vLLM's v1 sampler applies before its penalties; normalized
+    and the protocol's subtractive through gauge's processor in vllm_xargs): every run of a tiny
+    grid is token-identical to the in-process vllm engine's (`--engine vllm`) on the same weights,
+    and the server's ctrl does flip."""
+    import json
+
+    import vllm
+    from test_openai_engine import GRID, conditions, flip_runs, run_dir
+
+    client, _ = server
+    url = str(client.base_url).rstrip("/").removesuffix("/v1")
+    base = [sys.executable, "-m", "gauge_sampling", "probe", "--model", "smollm2-135m-instruct", *GRID]
+    base += ["--out", str(tmp_path), "--json"]
+    run = dict(capture_output=True, text=True, timeout=900)
+    r = subprocess.run(base + ["--engine", "openai", "--url", url], **run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    conds = conditions(s)
+    assert all(conds[(op, 1.0)]["flip_rate"] == 0.0 for op in ("ctrl", "normalized", "subtractive"))
+    assert conds[("normalized", 1.3)]["flip_rate"] == 0.0 and conds[("subtractive", 1.3)]["flip_rate"] == 0.0
+    assert conds[("ctrl", 1.3)]["flip_rate"] > 0 and "zero_point" not in s
+    print(f"openai → vllm serve, {' '.join(GRID)}: ctrl θ=1.3 flip {conds[('ctrl', 1.3)]['flip_rate']:.4f}")
+    d = run_dir(tmp_path, "openai")
+    cfg = json.loads((d / "config.json").read_text())["engine"]
+    assert cfg["options"]["server"] == "vLLM" and cfg["versions"]["server"] == vllm.__version__
+    assert cfg["options"]["processors"].startswith("gauge_sampling.vllm:RepetitionPenalty present")
+    r = subprocess.run(base + ["--engine", "vllm"], **run)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ours, theirs = flip_runs(d), flip_runs(run_dir(tmp_path, "vllm"))
+    assert set(ours) == set(theirs) and len(ours) == 2 * 12
+    for key in sorted(ours):
+        assert ours[key] == theirs[key], key

@@ -205,21 +205,27 @@ def make_engine(args, ref, device: str, dtype: str, info: dict, max_model_len: i
 
 def setup(args) -> tuple:
     """(model ref, device, dtype, engine info) after checking the engine flags."""
-    import torch
-
     from . import models
 
-    device = args.device or default_device()
-    dtype = args.dtype or ("float32" if device == "cpu" else "bfloat16")
-    if args.threads < 0:
-        raise ValueError(f"invalid value for `threads`: {args.threads} (allowed: >= 0)")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    elif "OMP_NUM_THREADS" not in os.environ:
-        # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
-        torch.set_num_threads(os.cpu_count() or 1)
     if args.url is not None and args.engine != "openai":
         raise ValueError(f"--url: only for --engine openai (not {args.engine})")
+    if args.engine == "openai" and not args.url:
+        raise ValueError("--engine openai needs --url (the server's base URL, http://host:port)")
+    if args.threads < 0:
+        raise ValueError(f"invalid value for `threads`: {args.threads} (allowed: >= 0)")
+    if args.engine == "openai":
+        # The server computes: no torch here (its import alone takes seconds).
+        device, dtype = args.device or "cpu", args.dtype or "float32"
+    else:
+        import torch
+
+        device = args.device or default_device()
+        dtype = args.dtype or ("float32" if device == "cpu" else "bfloat16")
+        if args.threads > 0:
+            torch.set_num_threads(args.threads)
+        elif "OMP_NUM_THREADS" not in os.environ:
+            # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
+            torch.set_num_threads(os.cpu_count() or 1)
     ref = models.resolve(args.model)
     return ref, device, dtype, engine_info(args.engine, device, dtype, args.tensor_parallel_size)
 

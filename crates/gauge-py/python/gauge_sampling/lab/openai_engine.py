@@ -3,32 +3,46 @@ server decodes (vLLM: ``/v1/completions`` with ``return_token_ids``; gauge serve
 their ``/completion`` route with ``return_tokens``, where the token ids come back).
 
 The gauge shift is a full-vocabulary ``logit_bias`` (+c on every token id), the penalty is the
-server's own (``repeat_penalty`` / ``repetition_penalty``; subtractive its ``presence_penalty``),
-greedy (``temperature: 0``), ``ignore_eos`` so that every run has its ``tokens``. The prompt goes
-as token ids (the HF tokenizer of ``--model``, as the other engines).
+server's own (``repeat_penalty`` / ``repetition_penalty``), greedy (``temperature: 0``),
+``ignore_eos`` so that every run has its ``tokens``. The prompt goes as token ids (the HF
+tokenizer of ``--model``, as the other engines).
 
 Valid only where the server applies the logit bias *before* its penalty; established from each
-server's source and recorded in the run (``ORDER``):
+server's source and recorded in the run (``ORDER``), the server identified by ``GET /v1/models``'
+``owned_by``:
 
 - gauge serve and llama-server: llama.cpp's chain puts ``logit-bias`` first
   (llama.cpp ``common/sampling.cpp`` ``common_sampler_init``; gauge: ``crates/gauge-sampling/src/
   chain.rs``, "logit-bias first when there is any bias");
 - vLLM (v1): ``vllm/v1/sample/sampler.py`` ``Sampler.apply_logits_processors`` runs the
-  non-argmax-invariant processors (``LogitBiasLogitsProcessor``) at step 5, then
-  ``apply_penalties`` (step 6);
-- refused: SGLang (its ``penaltylib`` penalizers run before ``logit_bias`` is added, in
-  ``sampling_batch_info.apply_logits_bias``) and mistral.rs (``mistralrs-core/src/sampler.rs``
-  applies its penalties, then the logit bias): a shift would land after the penalty there.
+  non-argmax-invariant processors (the built-in ``LogitBiasLogitsProcessor`` first, then custom
+  ones such as gauge's) at step 5, then ``apply_penalties`` (step 6);
+- refused: SGLang (``python/sglang/srt/sampling/sampling_batch_info.py``
+  ``SamplingBatchInfo.apply_logits_bias`` applies its penalizers, then the vocabulary mask, then
+  ``logit_bias``), and every server whose order is not established here (mistral.rs answers
+  ``owned_by: "local"``; its penalties run before the logit bias too).
 
 Raw logits are not available over HTTP: the zero-point statistics are left out of the plan and
-the report says so (``raw_logits = False``). normalized: gauge serve's ``repeat_penalty_mode``,
-vLLM's through gauge's processor in ``vllm_xargs`` (the server must run it:
-``--logits-processors gauge_sampling.vllm:RepetitionPenalty``); refused elsewhere.
+the report says so (``raw_logits = False``), and there is no logits check against HF; the model
+is checked as far as the server tells (its vocabulary size against ``--model``'s).
+
+Operators per server:
+
+- ctrl: the server's own penalty (gauge serve / llama-server ``repeat_penalty``, vLLM
+  ``repetition_penalty``);
+- normalized: gauge serve's ``repeat_penalty_mode: "normalized"``; on vLLM gauge's processor
+  through ``vllm_xargs`` (the server must run it: ``--logits-processors
+  gauge_sampling.vllm:RepetitionPenalty`` or the wheel's entry point; checked before the run);
+  refused on llama-server;
+- subtractive: a presence penalty α (gauge serve / llama-server ``presence_penalty`` in the
+  penalty window; vLLM's own ``presence_penalty`` counts output tokens only, so under the
+  protocol's seen set vLLM gets gauge's presence penalty through ``vllm_xargs`` instead).
 
 Seen set: ``protocol`` asks for prompt + every generated token (gauge serve / llama-server:
-``repeat_last_n: -1``; vLLM's ``repetition_penalty`` always sees prompt + output); ``engine`` sends
-no window, so the server's default applies (llama-server and gauge serve: the last 64 tokens of
-prompt + output; vLLM: prompt + output).
+``repeat_last_n: -1``, gauge serve also ``penalize_prompt: true``; vLLM's ``repetition_penalty``
+always sees prompt + output); ``engine`` sends no window, so the server's default applies (read
+from gauge serve's / llama-server's ``GET /props`` and recorded: the last 64 tokens of prompt +
+output unless the server was started otherwise; vLLM: prompt + output, presence output only).
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ import json
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .engine import JsonOut, Loaded, RunOut
@@ -53,38 +68,60 @@ ORDER = {
     ),
     "sglang": (
         "SGLang",
-        "python/sglang/srt/sampling/penaltylib: penalties applied before the logit bias",
+        "python/sglang/srt/sampling/sampling_batch_info.py SamplingBatchInfo.apply_logits_bias: "
+        "penalizers, then the vocabulary mask, then logit_bias",
         False,
     ),
-    "mistral.rs": ("mistral.rs", "mistralrs-core/src/sampler.rs: penalties, then the logit bias", False),
-    "mistralrs": ("mistral.rs", "mistralrs-core/src/sampler.rs: penalties, then the logit bias", False),
 }
 
+#: Requests in flight at once (a server with fewer slots queues the rest).
 WORKERS = 8
 
 
+class HttpError(ValueError):
+    """A non-2xx answer (the CLI's exit 2), with its status and body."""
+
+    def __init__(self, url: str, code: int, body: str):
+        super().__init__(f"{url}: HTTP {code}: {body[:500]}")
+        self.code = code
+        self.body = body
+
+
 def _http(url: str, body=None, timeout: float = 600.0):
-    data = None if body is None else json.dumps(body).encode()
+    data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise ValueError(f"{url}: HTTP {e.code}: {e.read()[:500].decode(errors='replace')}") from None
+        raise HttpError(url, e.code, e.read().decode(errors="replace")) from None
     except urllib.error.URLError as e:
         raise ValueError(f"--url {url}: {e.reason}") from None
 
 
-def identify(url: str) -> tuple[str, str, str]:
-    """(owned_by, server name, where the order was read) of the server at ``url``; ValueError
-    for a server that applies the logit bias after its penalty, or one whose order is unknown."""
+@dataclass
+class Server:
+    """What the engine learned about the server before the run."""
+
+    url: str
+    owned: str
+    name: str
+    order: str
+    model_id: str
+    meta: dict = field(default_factory=dict)
+
+
+def identify(url: str) -> Server:
+    """The server at ``url`` from ``GET /v1/models``; ValueError for a server that applies the
+    logit bias after its penalty, or one whose order is unknown."""
     models = _http(f"{url}/v1/models", timeout=30)
-    owned = str((models.get("data") or [{}])[0].get("owned_by", "")).lower()
+    first = (models.get("data") or [{}])[0]
+    owned = str(first.get("owned_by", "")).lower()
     if owned not in ORDER:
         raise ValueError(
             f"--engine openai: the server at {url} (owned_by {owned!r}) is not one whose order of "
-            f"logit bias and penalty is established ({', '.join(sorted(ORDER))}); a shift after the "
-            f"penalty would measure nothing"
+            f"logit bias and penalty is established (owned_by: {', '.join(sorted(ORDER))}); a shift "
+            f"applied after its penalty would measure nothing, so the probe does not run there"
         )
     name, where, valid = ORDER[owned]
     if not valid:
@@ -92,19 +129,54 @@ def identify(url: str) -> tuple[str, str, str]:
             f"--engine openai: {name} applies the logit bias after its penalty ({where}); the gauge "
             f"shift would not reach the penalty, so the probe cannot run there"
         )
-    return owned, name, where
+    return Server(url, owned, name, where, str(first.get("id", "")), dict(first.get("meta") or {}))
+
+
+def server_version(srv: Server) -> str:
+    """gauge serve / llama-server: ``/props`` ``build_info``; vLLM: ``/version``."""
+    try:
+        if srv.owned == "vllm":
+            return str(_http(f"{srv.url}/version", timeout=30).get("version", "unknown"))
+        return str(_http(f"{srv.url}/props", timeout=30).get("build_info", "unknown"))
+    except ValueError:
+        return "unknown"
+
+
+def default_scope(srv: Server) -> str:
+    """The server's own seen set (what ``--seen engine`` measures), as the server reports it."""
+    if srv.owned == "vllm":
+        return "vLLM's own: prompt + output, no window (presence_penalty: output only)"
+    params = _http(f"{srv.url}/props", timeout=30).get("default_generation_settings", {}).get("params", {})
+    n = params.get("repeat_last_n", 64)
+    what = "prompt + output" if params.get("penalize_prompt", True) else "output"
+    window = "no window" if n == -1 else f"the last {n} tokens"
+    return f"the server's default: {window} of {what} (repeat_last_n from /props)"
+
+
+def has_gauge_processor(srv: Server) -> bool:
+    """Whether a vLLM server runs gauge's processor: it answers a bad ``vllm_xargs`` field with
+    HTTP 400 naming the field; without the processor vLLM ignores the field."""
+    body = {"model": srv.model_id, "prompt": [1], "max_tokens": 1, "vllm_xargs": {"repeat_last_n": -9}}
+    try:
+        _http(f"{srv.url}/v1/completions", body, timeout=120)
+    except HttpError as e:
+        if e.code == 400 and "repeat_last_n" in e.body:
+            return True
+        raise
+    return False
 
 
 class OpenaiEngine:
-    """Decodes the plan by one ``/v1/completions`` request per run (see the module doc)."""
+    """Decodes the plan by one completion request per run (see the module doc)."""
 
     name = "openai"
     whole_phase = False
     raw_logits = False
 
-    def __init__(self, url: str, owned: str, n_vocab: int, tokenizer, seen: str):
-        self.url = url.rstrip("/")
-        self.owned = owned
+    def __init__(self, srv: Server, n_vocab: int, tokenizer, seen: str):
+        self.srv = srv
+        self.url = srv.url
+        self.owned = srv.owned
         self.n_vocab = n_vocab
         self.tokenizer = tokenizer
         self.seen = seen
@@ -124,37 +196,49 @@ class OpenaiEngine:
     def request(self, prompt: list[int], spec: dict, max_tokens: int, stop_eos: bool = False) -> dict:
         """The completion request body of one run."""
         theta, op, c = float(spec["theta"]), spec["op"], float(spec["c"])
+        protocol = self.seen == "protocol"
         body: dict = {"prompt": list(prompt), "temperature": 0.0, "seed": 0}
         body["ignore_eos"] = not stop_eos
         if c != 0.0:
             body["logit_bias"] = self._logit_bias(c)
         vllm = self.owned == "vllm"
         if vllm:
+            body["model"] = self.srv.model_id
             body["max_tokens"] = max_tokens
             body["return_token_ids"] = True
         else:
             # llama-server's own route (/completion): the token ids come back with return_tokens.
             body["n_predict"] = max_tokens
             body["return_tokens"] = True
-            if self.seen == "protocol":
+            if protocol:
                 body["repeat_last_n"] = -1
-        if theta != 1.0:
-            if op == "ctrl":
-                body["repetition_penalty" if vllm else "repeat_penalty"] = theta
-            elif op == "subtractive":
-                body["presence_penalty"] = float(spec["alpha"])
-            elif op == "normalized":
-                if vllm:
-                    body["vllm_xargs"] = {
-                        "repeat_penalty": theta,
-                        "repeat_penalty_mode": "normalized",
-                        "repeat_last_n": -1,
-                    }
-                elif self.owned == "gauge":
-                    body["repeat_penalty"] = theta
-                    body["repeat_penalty_mode"] = "normalized"
-                else:
-                    raise ValueError(f"--engine openai: {self.owned} has no normalized penalty (--ops)")
+                if self.owned == "gauge":
+                    body["penalize_prompt"] = True
+        if theta == 1.0:
+            return body
+        if op == "ctrl":
+            body["repetition_penalty" if vllm else "repeat_penalty"] = theta
+        elif op == "subtractive":
+            alpha = float(spec["alpha"])
+            if vllm and protocol:
+                body["vllm_xargs"] = {"presence_penalty": alpha, "repeat_last_n": -1}
+            else:
+                body["presence_penalty"] = alpha
+        elif op == "normalized":
+            if vllm:
+                # prompt + output under either --seen: vLLM's own scope is that too.
+                body["vllm_xargs"] = {
+                    "repeat_penalty": theta,
+                    "repeat_penalty_mode": "normalized",
+                    "repeat_last_n": -1,
+                }
+            elif self.owned == "gauge":
+                body["repeat_penalty"] = theta
+                body["repeat_penalty_mode"] = "normalized"
+            else:
+                raise ValueError(f"--engine openai: {self.srv.name} has no normalized penalty (--ops)")
+        else:
+            raise ValueError(f"op: unknown operator {op!r} (allowed: ctrl, normalized, subtractive)")
         return body
 
     def _complete(self, body: dict) -> list[int]:
@@ -213,6 +297,39 @@ class OpenaiEngine:
         return outs
 
 
+def planned_ops(args) -> list[str]:
+    """The operators the run will ask the server for (``--ops`` or the command's default)."""
+    from .. import _native
+
+    if args.ops:
+        return list(args.ops)
+    if getattr(args, "command", "probe") == "json":
+        return list(json.loads(_native.json_defaults_json())["ops"])
+    return list(json.loads(_native.probe_grids_json())["quick"]["ops"])
+
+
+def check_operators(srv: Server, ops: list[str], seen: str) -> str:
+    """ValueError when the server cannot run one of ``ops`` as this engine sends it; returns
+    what was checked (recorded in the run)."""
+    if "normalized" in ops and srv.owned == "llamacpp":
+        raise ValueError(
+            "--engine openai: llama-server has no normalized penalty; run with --ops ctrl,subtractive"
+        )
+    if srv.owned != "vllm":
+        return "server's own"
+    need = [o for o in ops if o == "normalized" or (o == "subtractive" and seen == "protocol")]
+    if not need:
+        return "vLLM's own"
+    if not has_gauge_processor(srv):
+        raise ValueError(
+            f"--engine openai: the vLLM server at {srv.url} does not run gauge's processor, which "
+            f"{' and '.join(need)} need here (start it with --logits-processors "
+            "gauge_sampling.vllm:RepetitionPenalty, or install the gauge-sampling wheel beside it); "
+            "or run with --ops ctrl"
+        )
+    return "gauge_sampling.vllm:RepetitionPenalty present (vllm_xargs answered with HTTP 400 for a bad field)"
+
+
 def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024) -> Loaded:
     """The server at ``--url`` (identified by ``GET /v1/models``' ``owned_by``), with the HF
     tokenizer of ``--model`` (the model the server must be running)."""
@@ -223,20 +340,29 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     url = args.url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
-    owned, name, where = identify(url)
-    from transformers import AutoTokenizer
+    srv = identify(url)
+    processors = check_operators(srv, planned_ops(args), args.seen)
+    from transformers import AutoConfig, AutoTokenizer  # after the refusals: its import is slow
 
-    tok = AutoTokenizer.from_pretrained(models.hf_folder(ref))
-    n_vocab = len(tok)
+    folder = models.hf_folder(ref)
+    tok = AutoTokenizer.from_pretrained(folder)
+    n_vocab = int(getattr(AutoConfig.from_pretrained(folder), "vocab_size", 0) or len(tok))
+    served = srv.meta.get("n_vocab")
+    if served is not None and int(served) != n_vocab:
+        raise ValueError(
+            f"--engine openai: the server's model has a vocabulary of {served}, --model {ref.label}'s "
+            f"{n_vocab}: not the same model"
+        )
     info["device"] = "server"
     info["dtype"] = "server's"
-    info["options"]["server"] = name
-    info["options"]["url"] = url
-    info["options"]["order"] = f"logit bias before the penalty ({where})"
-    info["options"]["logits_check"] = "none: no logits over HTTP"
-    info["options"]["seen"] = (
-        "protocol: prompt + all generated"
-        if args.seen == "protocol"
-        else "engine: the server's default window"
+    info["versions"]["server"] = server_version(srv)
+    opts = info["options"]
+    opts["server"] = srv.name
+    opts["url"] = url
+    opts["order"] = f"logit bias before the penalty ({srv.order})"
+    opts["logits_check"] = "none: no logits over HTTP"
+    opts["processors"] = processors
+    opts["seen"] = (
+        "protocol: prompt + all generated" if args.seen == "protocol" else f"engine: {default_scope(srv)}"
     )
-    return Loaded(OpenaiEngine(url, owned, n_vocab, tok, args.seen), tok, n_vocab)
+    return Loaded(OpenaiEngine(srv, n_vocab, tok, args.seen), tok, n_vocab)
