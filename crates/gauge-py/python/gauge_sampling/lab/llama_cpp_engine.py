@@ -17,9 +17,9 @@ Seen set (``--seen``):
 Prompts are the stack-independent HF tokenizer's ids (the same as the hf run's). Each prompt is
 evaluated once; every run of it re-evaluates only the prompt's last token on the kept KV cache,
 so all runs start from bit-identical logits. Before the first run the engine checks that it
-computes HF's model: the last-position logits of a few prompts against HF fp32 on the same
-weights (max abs difference recorded in the run, refused above ``LOGIT_TOL``). The KV cache is
-F32 (``type_k``/``type_v``): llama.cpp's default f16 cache moves the logits by ~0.02.
+computes HF's model (``logits_check``: the next-token rows of a few prompts against HF fp32 on
+the same weights, recorded, refused above its tolerance). The KV cache is F32
+(``type_k``/``type_v``): llama.cpp's default f16 cache moves the logits by ~0.02.
 """
 
 from __future__ import annotations
@@ -31,15 +31,6 @@ import numpy as np
 
 from .engine import JsonOut, Loaded, RunOut
 
-#: Largest |llama.cpp F32 − HF fp32| logit difference accepted (logits are O(10–30)). Measured
-#: 2.1e-5 with the F32 KV cache set here; llama-cpp-python's default f16 KV cache gives 0.019.
-LOGIT_TOL = 1e-3
-#: The texts of the logits check.
-CHECK_TEXTS = (
-    "The capital of France is",
-    "def fibonacci(n):\n    return",
-    "In 1905, Albert Einstein published four papers that",
-)
 #: llama-cpp-python's default ``last_n_tokens_size``.
 ENGINE_LAST_N = 64
 
@@ -49,35 +40,6 @@ def _llama_logits(llm, n_vocab: int) -> np.ndarray:
 
     ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
-
-
-def check_logits(llm, ref, tok) -> float:
-    """Max |logit difference| between this ``Llama`` and HF transformers in float32 on the same
-    weights, last position of each ``CHECK_TEXTS`` prompt; ValueError above ``LOGIT_TOL``."""
-    import torch
-
-    from . import models
-
-    model, _ = models.load_engine_model(ref, "float32", "cpu")
-    n_vocab = llm.n_vocab()
-    worst = 0.0
-    with torch.inference_mode():
-        for text in CHECK_TEXTS:
-            ids = list(tok(text)["input_ids"])
-            hf = model(input_ids=torch.tensor([ids])).logits[0, -1].float().numpy()
-            llm.reset()
-            llm.eval(ids)
-            ours = _llama_logits(llm, n_vocab)
-            if ours.shape != hf[:n_vocab].shape:
-                raise ValueError(f"llama-cpp-python: vocabulary {ours.shape} vs HF's {hf.shape}")
-            worst = max(worst, float(np.abs(ours - hf[:n_vocab]).max()))
-    del model
-    if not worst <= LOGIT_TOL:
-        raise ValueError(
-            f"llama-cpp-python does not compute HF's model: last-position logits differ by up to "
-            f"{worst:.3g} (> {LOGIT_TOL}) on the same weights; its flip counts would be meaningless"
-        )
-    return worst
 
 
 class LlamaCppEngine:
@@ -95,6 +57,12 @@ class LlamaCppEngine:
 
     def close(self) -> None:
         self.llm.close()
+
+    def next_row(self, prompt: list[int]) -> np.ndarray:
+        """The float32 row of the token after ``prompt`` (the logits check)."""
+        self.llm.reset()
+        self.llm.eval(prompt)
+        return _llama_logits(self.llm, self.n_vocab)
 
     def _sampler(self, spec: dict):
         """llama-cpp-python's own chain for one run: logits_processor (shift [+ normalized]) →
@@ -205,8 +173,9 @@ class LlamaCppEngine:
 def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 1024) -> Loaded:
     """llama-cpp-python's ``Llama`` on the model's F32 GGUF, checked against HF fp32."""
     import llama_cpp
+    from transformers import AutoTokenizer
 
-    from . import models
+    from . import logits_check, models
 
     if device != "cpu" or dtype != "float32":
         raise ValueError(
@@ -215,7 +184,8 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     if ref.gguf is None:
         raise ValueError("--engine llama-cpp-python: --model must be a GGUF or a registry name")
     f32 = models.f32_gguf(ref)
-    tok = models.load_engine_model(ref, "float32", "cpu")[1]
+    folder = models.hf_folder(ref)
+    tok = AutoTokenizer.from_pretrained(folder)
     threads = args.threads or os.cpu_count() or 1
     llm = llama_cpp.Llama(
         model_path=str(f32),
@@ -229,11 +199,14 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
         type_k=0,  # GGML_TYPE_F32
         type_v=0,
     )
+    eng = LlamaCppEngine(llm, tok, args.seen)
     try:
-        diff = check_logits(llm, ref, tok)
+        prompts = logits_check.check_prompts(tok)
+        diff = logits_check.check_engine_logits("llama-cpp-python", folder, prompts, eng.next_row)
     except BaseException:
         llm.close()
         raise
+    logits_check.record(info, diff)
     info["versions"]["llama_cpp_python"] = llama_cpp.__version__
     info["options"]["seen"] = (
         "protocol: prompt + all generated"
@@ -241,5 +214,4 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
         else f"engine: last {ENGINE_LAST_N} sampled tokens, prompt not accepted"
     )
     info["options"]["weights"] = "F32 GGUF, F32 KV cache"
-    info["options"]["logits_max_abs_diff_vs_hf_fp32"] = f"{diff:.2e}"
-    return Loaded(LlamaCppEngine(llm, tok, args.seen), tok, llm.n_vocab())
+    return Loaded(eng, tok, llm.n_vocab())
