@@ -3,7 +3,8 @@
 - `gauge serve` (target/release/gauge, the default model's weights as F32; its chain is
   llama.cpp's: logit-bias first, then penalties): every run of a tiny grid is token-identical to
   `gauge probe --sampler llama-cpp` (llama.cpp's own chain in-process) on the same weights, under
-  the protocol's seen set and under the server's own default window (read from its /props); the
+  the protocol's seen set; under the server's own default window (read from its /props) every
+  run equals a request naming that window, and differs from the protocol's; the
   zero-point statistics are left out and the report says so; the run resumes.
 - A server that applies the logit bias after its penalty (SGLang, identified by owned_by) and one
   whose order is not established are refused with the reason, before any completion is sent
@@ -177,22 +178,31 @@ def test_the_record_and_report_say_what_ran(protocol_run, gauge_server):
     assert json.loads(again.stdout) == summary and (d / "raw.jsonl").read_bytes() == before
 
 
-def test_gauge_serve_as_shipped_is_its_default_window(protocol_run, gauge_server, gauge_bin, f32, tmp_path):
+def _complete(url: str, prompt: list[int], c: float, theta: float, last_n: int) -> list[int]:
+    """One greedy llama-server /completion request, written out here (not the engine's)."""
+    body = {"prompt": prompt, "n_predict": 12, "temperature": 0.0, "ignore_eos": True, "return_tokens": True}
+    body |= {"logit_bias": [[i, c] for i in range(49152)], "repeat_penalty": theta, "repeat_last_n": last_n}
+    req = urllib.request.Request(
+        f"{url}/completion", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())["tokens"]
+
+
+def test_gauge_serve_as_shipped_is_its_default_window(protocol_run, gauge_server, tmp_path):
     """--seen engine sends no window: the server's default (here SERVER_LAST_N, as its /props
-    says) applies, token-identical to llama.cpp's chain with that window, and on this grid it
+    says) applies: every run equals a request that names that window, and on this grid it
     differs from the protocol's seen set."""
-    out = tmp_path / "openai"
-    r = probe(gauge_server, out, "--seen", "engine", "--ops", "ctrl")
+    r = probe(gauge_server, tmp_path, "--seen", "engine", "--ops", "ctrl")
     assert r.returncode == 0, r.stderr[-3000:]
-    d = run_dir(out, "openai")
+    d = run_dir(tmp_path, "openai")
     opts = json.loads((d / "config.json").read_text())["engine"]["options"]
     want = f"engine: the server's default: the last {SERVER_LAST_N} tokens of prompt + output"
     assert opts["seen"].startswith(want), opts["seen"]
-    llama_cpp_probe(gauge_bin, f32, tmp_path / "lab", "--window", str(SERVER_LAST_N), "--ops", "ctrl")
-    ours, theirs = flip_runs(d), flip_runs(run_dir(tmp_path / "lab", "llama-cpp"))
-    assert set(ours) == set(theirs)
-    for key in sorted(ours):
-        assert ours[key] == theirs[key], key
+    ours = flip_runs(d)
+    assert len(ours) == 2 * 4
+    for (prefix, _, theta, c), (prompt, tokens) in sorted(ours.items()):
+        assert tokens == _complete(gauge_server, prompt, c, theta, SERVER_LAST_N), (prefix, theta, c)
     protocol = flip_runs(run_dir(protocol_run[1], "openai"))
     moved = [k for k in ours if k[2] != 1.0 and ours[k] != protocol[k]]
     assert moved, "the default window changed no ctrl run: the as-shipped scope shows nothing"
