@@ -50,11 +50,11 @@ def prompts(llm) -> list[list[int]]:
     return [llm.tokenize(p.encode()) for p in PROMPTS]
 
 
-def greedy(llm, prompt, **kw) -> list[int]:
+def greedy(llm, prompt, n=N, **kw) -> list[int]:
     out = []
     for t in llm.generate(prompt, temp=0.0, **kw):
         out.append(int(t))
-        if len(out) == N:
+        if len(out) == n:
             break
     return out
 
@@ -190,18 +190,34 @@ def test_engine_reproduces_the_float32_reference(protocol_run, out_root):
     assert abs(zp["median_top1_logit"] - SMALL["median_top1_logit"]) <= REF["tolerance"]["median_top1_logit"]
     cfg = run_config(out_root, "protocol")
     opts = cfg["engine"]["options"]
-    assert float(opts["logits_max_abs_diff_vs_hf_fp32"]) <= 1e-3, opts
+    assert float(opts["logits_vs_hf_max_abs"]) <= 1e-3, opts
     assert "llama_cpp_python" in cfg["engine"]["versions"]
     report = (Path(cfg["dir"]) / "REPORT.md").read_text()
     assert "llama-cpp-python" in report and "llama.cpp's `penalties` sampler" in report
 
 
-def test_engine_default_seen_set_is_recorded(protocol_run, out_root):
-    r = probe(out_root, "--seen", "engine", "--ops", "ctrl")  # ctrl only: what θ means as shipped
+def test_engine_default_seen_set_is_llama_cpp_pythons_own(llm, prompts):
+    """--seen engine is llama-cpp-python as shipped: the engine's ctrl run is token-identical to
+    ``Llama.generate(repeat_penalty=θ)`` (last 64 sampled tokens, the prompt never accepted), and
+    on these short prompts it differs from the protocol's seen set, which accepts the prompt."""
+    from gauge_sampling.lab.llama_cpp_engine import LlamaCppEngine
+
+    spec = {"op": "ctrl", "theta": THETA, "c": 5.0, "alpha": 1.0, "role": "flip"}
+    engine, protocol = LlamaCppEngine(llm, None, "engine"), LlamaCppEngine(llm, None, "protocol")
+    n = 16  # tokens: the prompt's absence from the window shows within them
+    moved = 0
+    for p in prompts[:2]:
+        (ours,) = engine.decode([p], [spec], n)[0]
+        assert ours.tokens == greedy(llm, p, n, repeat_penalty=THETA, logits_processor=procs(shift(5))), p
+        moved += protocol.decode([p], [spec], n)[0][0].tokens != ours.tokens
+    assert moved > 0, "the prompt in the window changed nothing: the scope shows nothing here"
+
+
+def test_engine_default_seen_set_is_recorded(tmp_path, gguf):
+    r = probe(tmp_path, "--seen", "engine", "--ops", "ctrl", "--prefixes", "1", "--tokens", "8")
     assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
-    conds = {(c["op"], c["theta"]): c for c in s["conditions"]}
+    conds = {(c["op"], c["theta"]): c for c in json.loads(r.stdout)["conditions"]}
     assert conds[("ctrl", 1.0)]["flip_rate"] == 0.0
-    print(f"llama-cpp-python as shipped: ctrl θ=1.3 flip {conds[('ctrl', 1.3)]['flip_rate']:.4f}")
-    cfg = run_config(out_root, "engine")
+    cfg = run_config(tmp_path, "engine")
     assert cfg["engine"]["options"]["seen"] == "engine: last 64 sampled tokens, prompt not accepted"
+    assert float(cfg["engine"]["options"]["logits_vs_hf_max_abs"]) <= 1e-3

@@ -110,6 +110,25 @@ def test_a_request_without_it_is_untouched(mlx_model, prompts):
     assert got[1] == pytest.approx(-2.6, abs=1e-2) and got[2] == pytest.approx(3.0 / 1.3, abs=1e-2)
 
 
+def test_engine_default_seen_set_is_mlx_lms_own(mlx_model, prompts):
+    """--seen engine is mlx-lm as shipped: the engine's ctrl run is token-identical to
+    ``generate_step`` with ``make_logits_processors(repetition_penalty=θ)`` (its default
+    ``repetition_context_size`` 20 of prompt + output), and differs from the protocol's seen set
+    (no window) on these prompts."""
+    from gauge_sampling.lab.mlx_engine import MlxEngine
+    from mlx_lm.sample_utils import make_logits_processors
+
+    spec = {"op": "ctrl", "theta": 1.3, "c": 5.0, "alpha": 1.0, "role": "flip"}
+    engine, protocol = MlxEngine(mlx_model, None, "engine"), MlxEngine(mlx_model, None, "protocol")
+    as_shipped = [shift(5.0), *make_logits_processors(repetition_penalty=1.3)]
+    moved = 0
+    for p in prompts:
+        (ours,) = engine.decode([p], [spec], N_TOKENS)[0]
+        assert ours.tokens == greedy(mlx_model, p, as_shipped), p[:5]
+        moved += protocol.decode([p], [spec], N_TOKENS)[0][0].tokens != ours.tokens
+    assert moved > 0, "the window changed nothing: the as-shipped scope shows nothing here"
+
+
 @pytest.fixture(scope="module")
 def mlx_run(tmp_path_factory, gguf):
     out = tmp_path_factory.mktemp("probe-mlx")
