@@ -98,12 +98,29 @@ fn open_model(name: &str, threads: u32, n_gpu_layers: u32) -> Result<Arc<Model>>
     ))
 }
 
+/// The deep model rows: each prompt continued greedily for this many tokens before its rows are
+/// taken; a model is more confident there, which is where mirostat's `mu` keeps growing.
+const DEEP_SKIP: usize = 96;
+
+/// Untimed steps every chain runs on the deep rows first, so mirostat-v2 starts from the `mu` of a
+/// long generation (on these rows it keeps the whole vocabulary after ~170 steps).
+const DEEP_WARMUP: usize = 256;
+
+fn deep_label(model: &str) -> String {
+    format!("{model}@{DEEP_SKIP}")
+}
+
 fn sampling(a: &SamplingBenchArgs) -> Result<()> {
     let progress = std::io::stderr().is_terminal();
     let model = open_model(&a.model, 0, 0)?;
     let mut row_sets: Vec<RowSet> = a.n_vocab.iter().map(|&n| RowSet::synthetic(n)).collect();
     if !a.no_model_rows {
         row_sets.push(RowSet::from_model(&model, &a.model, 8, 2)?);
+        // deeper into a generation, with the chains' feedback state moved as far (see DEEP_SKIP)
+        row_sets.push(
+            RowSet::from_model_at(&model, &deep_label(&a.model), 8, 2, DEEP_SKIP)?
+                .with_warmup(DEEP_WARMUP),
+        );
     }
     let opts = SamplingBenchOptions {
         row_sets,
@@ -153,7 +170,12 @@ fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
     println!(
         "rows: {SYNTHETIC_LABEL} = 8 N(0,3) rows from splitmix64 seed 42{}. 64-token history accepted first.",
         if model_rows {
-            format!("; {model} = 8 rows captured from the model (its own vocabulary)")
+            format!(
+                "; {model} = 8 rows captured from the model (its own vocabulary); {} = 8 rows \
+                 after {DEEP_SKIP} greedy tokens of each prompt, every chain warmed up for \
+                 {DEEP_WARMUP} untimed steps on them",
+                deep_label(model)
+            )
         } else {
             String::new()
         }

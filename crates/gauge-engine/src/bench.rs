@@ -85,6 +85,10 @@ pub struct RowSet {
     /// Where the rows come from (`normal(0,3)` or the model's name).
     pub label: String,
     pub rows: Vec<Vec<f32>>,
+    /// Untimed steps every chain runs on these rows before it is compared or timed (both sides
+    /// accept gauge's token), so feedback state (mirostat's `mu`) starts where a long generation
+    /// has taken it. 0 for the rows of a fresh generation.
+    pub warmup: usize,
 }
 
 impl RowSet {
@@ -93,6 +97,7 @@ impl RowSet {
         Self {
             label: SYNTHETIC_LABEL.to_string(),
             rows: normal_rows(n_vocab, 8, 3.0, 42),
+            warmup: 0,
         }
     }
 
@@ -103,6 +108,18 @@ impl RowSet {
         label: &str,
         n_rows: usize,
         per_prompt: usize,
+    ) -> Result<Self> {
+        Self::from_model_at(model, label, n_rows, per_prompt, 0)
+    }
+
+    /// Like [`RowSet::from_model`], but each prompt is first continued greedily for `skip`
+    /// tokens: rows from deeper into a generation, where a model is usually more confident.
+    pub fn from_model_at(
+        model: &Arc<Model>,
+        label: &str,
+        n_rows: usize,
+        per_prompt: usize,
+        skip: usize,
     ) -> Result<Self> {
         if n_rows == 0 || per_prompt == 0 {
             return Err(EngineError::option(
@@ -123,11 +140,13 @@ impl RowSet {
             let seq = src.new_sequence()?;
             src.push(seq, &toks)?;
             src.step()?;
-            for _ in 0..per_prompt {
+            for i in 0..skip + per_prompt {
                 let row = src.logits(seq)?;
-                rows.push(row.to_vec());
-                if rows.len() == n_rows {
-                    break 'prompts;
+                if i >= skip {
+                    rows.push(row.to_vec());
+                    if rows.len() == n_rows {
+                        break 'prompts;
+                    }
                 }
                 let next = first_argmax(row);
                 src.push(seq, &[next])?;
@@ -138,7 +157,14 @@ impl RowSet {
         Ok(Self {
             label: label.to_string(),
             rows,
+            warmup: 0,
         })
+    }
+
+    /// The same rows with `warmup` untimed steps before comparing and timing.
+    pub fn with_warmup(mut self, warmup: usize) -> Self {
+        self.warmup = warmup;
+        self
     }
 
     /// The width of the rows (0 for an empty set).
@@ -391,9 +417,10 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
             bar.set_message(format!("{} @ {} ({})", sc.name, n_vocab, set.label));
             // Agreement on fresh chains.
             let mut pair = maker.make(sc, n_vocab)?;
+            warm_up(&mut pair, set, &valid)?;
             let mut agree = 0;
             for s in 0..opts.agree_steps {
-                let i = s % set.rows.len();
+                let i = (set.warmup + s) % set.rows.len();
                 let tg = pair.gauge.sample_no_accept(&set.rows[i])?;
                 let tr = pair.reference.sample_valid_no_accept(valid[i])?;
                 agree += usize::from(tg == tr);
@@ -402,7 +429,8 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
             }
             // Timing on fresh chains: one untimed block each, then alternating blocks.
             let mut pair = maker.make(sc, n_vocab)?;
-            let (mut ig, mut ir) = (0usize, 0usize);
+            warm_up(&mut pair, set, &valid)?;
+            let (mut ig, mut ir) = (set.warmup, set.warmup);
             gauge_block(&mut pair.gauge, &set.rows, &mut ig, opts.block)?;
             reference_block(&mut pair.reference, &valid, &mut ir, opts.block)?;
             let blocks = opts.iters.div_ceil(opts.block);
@@ -455,6 +483,19 @@ pub fn run_sampling_bench(opts: &SamplingBenchOptions) -> Result<Vec<Row>> {
     }
     bar.finish_and_clear();
     Ok(out)
+}
+
+/// `set.warmup` untimed steps of both chains on the rows, both accepting gauge's token (as in the
+/// agreement steps), so their feedback state has moved as in a long generation.
+fn warm_up(pair: &mut Pair, set: &RowSet, valid: &[ValidRow<'_>]) -> Result<()> {
+    for s in 0..set.warmup {
+        let i = s % set.rows.len();
+        let tg = pair.gauge.sample_no_accept(&set.rows[i])?;
+        pair.reference.sample_valid_no_accept(valid[i])?;
+        pair.gauge.accept(tg);
+        pair.reference.accept(tg);
+    }
+    Ok(())
 }
 
 /// The `one-read` row: µs to read one row once ([`gauge_sampling::simd::one_read`], the rows cycled

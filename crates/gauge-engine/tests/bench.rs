@@ -127,6 +127,7 @@ fn bad_sampling_options_are_typed_errors() {
     o.row_sets = vec![RowSet {
         label: "ragged".into(),
         rows: vec![vec![0.0; 10], vec![0.0; 11]],
+        warmup: 0,
     }];
     assert!(matches!(
         run_sampling_bench(&o).unwrap_err(),
@@ -139,6 +140,7 @@ fn bad_sampling_options_are_typed_errors() {
     o.row_sets = vec![RowSet {
         label: "nan".into(),
         rows: vec![vec![0.0, f32::NAN]],
+        warmup: 0,
     }];
     assert!(matches!(
         run_sampling_bench(&o).unwrap_err(),
