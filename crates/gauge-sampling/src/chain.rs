@@ -78,6 +78,21 @@ pub mod testing {
         pub declined: u64,
         /// Steps of chains with the fast path switched off.
         pub fill: u64,
+        /// mirostat-v2 steps that drew from a kept set too large for the sorted prefix without
+        /// sorting it (`kernels::wide_draw`); also counted in `from_row`.
+        pub wide_draws: u64,
+    }
+
+    impl std::ops::Add for FastPathCounts {
+        type Output = FastPathCounts;
+        fn add(self, o: FastPathCounts) -> FastPathCounts {
+            FastPathCounts {
+                from_row: self.from_row + o.from_row,
+                declined: self.declined + o.declined,
+                fill: self.fill + o.fill,
+                wide_draws: self.wide_draws + o.wide_draws,
+            }
+        }
     }
 
     impl std::ops::Sub for FastPathCounts {
@@ -87,13 +102,14 @@ pub mod testing {
                 from_row: self.from_row - o.from_row,
                 declined: self.declined - o.declined,
                 fill: self.fill - o.fill,
+                wide_draws: self.wide_draws - o.wide_draws,
             }
         }
     }
 
     thread_local! {
         static COUNTS: Cell<FastPathCounts> = const {
-            Cell::new(FastPathCounts { from_row: 0, declined: 0, fill: 0 })
+            Cell::new(FastPathCounts { from_row: 0, declined: 0, fill: 0, wide_draws: 0 })
         };
     }
 
@@ -102,7 +118,7 @@ pub mod testing {
         COUNTS.with(|c| c.get())
     }
 
-    pub(super) fn count(f: impl FnOnce(&mut FastPathCounts)) {
+    pub(crate) fn count(f: impl FnOnce(&mut FastPathCounts)) {
         COUNTS.with(|c| {
             let mut v = c.get();
             f(&mut v);

@@ -62,6 +62,13 @@ fn rows(n_vocab: usize, n_rows: usize, seed: u64, shape: (f64, f64)) -> Vec<Vec<
     common::shaped_rows(n_vocab, n_rows, seed, shape.0, shape.1)
 }
 
+/// What [`assert_same_run`] saw: the fast chain's counts over the run, and the longest array the
+/// fill chain left (mirostat's kept set).
+struct RunStats {
+    fast: FastPathCounts,
+    slow_max_len: usize,
+}
+
 /// Run both paths for `steps` steps (each accepting its own token) and compare everything.
 fn assert_same_run(
     name: &str,
@@ -70,7 +77,11 @@ fn assert_same_run(
     history: &[i32],
     steps: usize,
     compare_arrays: bool,
-) {
+) -> RunStats {
+    let mut stats = RunStats {
+        fast: FastPathCounts::default(),
+        slow_max_len: 0,
+    };
     let mut fast = chain.clone().with_fast_path(true);
     let mut slow = chain.clone().with_fast_path(false);
     for &t in history {
@@ -85,6 +96,8 @@ fn assert_same_run(
         let b = slow.sample(row).unwrap();
         let d_fast = c1 - c0;
         let d_slow = counts() - c1;
+        stats.fast = stats.fast + d_fast;
+        stats.slow_max_len = stats.slow_max_len.max(slow.last_candidates().len());
         assert_eq!(
             (d_fast.from_row + d_fast.declined, d_fast.fill),
             (1, 0),
@@ -112,7 +125,21 @@ fn assert_same_run(
             sel(&slow),
             "{name}: step {step}: selected candidate differs"
         );
-        if compare_arrays {
+        assert_eq!(
+            feedback_bits(&fast),
+            feedback_bits(&slow),
+            "{name}: step {step}: feedback state (mirostat's mu) differs"
+        );
+        if d_fast.wide_draws == 1 {
+            // mirostat-v2's wide path leaves only the drawn candidate, with its renormalised p
+            let cur = fast.last_candidates();
+            let slow_cur = slow.last_candidates();
+            assert_eq!(
+                bits(cur.as_slice()),
+                bits(&[slow_cur.as_slice()[slow_cur.selected.unwrap()]]),
+                "{name}: step {step}: drawn candidate differs"
+            );
+        } else if compare_arrays {
             assert_eq!(
                 bits(fast.last_candidates().as_slice()),
                 bits(slow.last_candidates().as_slice()),
@@ -120,6 +147,16 @@ fn assert_same_run(
             );
         }
     }
+    stats
+}
+
+/// Every stage's feedback state (`explain_state`: mirostat's `mu`) as bits.
+fn feedback_bits(c: &Chain) -> Vec<(&'static str, u32)> {
+    c.stages()
+        .iter()
+        .flat_map(|s| s.explain_state())
+        .map(|(k, v)| (k, v.to_bits()))
+        .collect()
 }
 
 #[test]
@@ -314,27 +351,29 @@ fn mirostat_v2_on_peaked_rows_matches_the_full_sort_as_the_cut_deepens() {
             let json = serde_json::json!({"seed": 3, "mirostat": 2, "mirostat_tau": 5.0,
                 "mirostat_eta": 0.1, "temperature": 0.8});
             let chain = chain_for(&json, n_vocab);
-            let mut fast = chain.clone().with_fast_path(true);
             let name = format!("mirostat-v2 peaked n={n_vocab} q={quantum}");
-            assert_same_run(&name, &chain, &rows, &[], 200, true);
-            // the run must have reached the whole vocabulary (else it did not test the hand-over)
-            for step in 0..200 {
-                fast.sample(&rows[step % rows.len()]).unwrap();
-            }
+            let stats = assert_same_run(&name, &chain, &rows, &[], 200, true);
+            // the run must have reached the whole vocabulary (else it did not test the wide path)
             assert_eq!(
-                fast.last_candidates().len(),
-                n_vocab,
+                stats.slow_max_len, n_vocab,
                 "{name}: cut never reached the tail"
+            );
+            assert!(
+                stats.fast.wide_draws > 0,
+                "{name}: the wide path never drew: {:?}",
+                stats.fast
             );
         }
     });
 }
 
-/// A `mu` beyond every row's surprise keeps the whole vocabulary from the first step: the fast
-/// path declines (and then skips the scan for a few steps) on every row shape.
+/// A `mu` beyond every row's surprise keeps the whole vocabulary from the first step: where the
+/// row spreads beyond the sorted head (sigma 3 or more, 8 nats at temperature 0.8), the wide path
+/// draws without sorting (`kernels::wide_draw`); narrow rows are all head and decline to the full
+/// sort.
 #[test]
 fn mirostat_v2_keeping_the_whole_vocabulary_matches_the_full_sort() {
-    each_level_expecting(false, || {
+    each_level(|| {
         for (si, &shape) in SHAPES.iter().enumerate() {
             for n_vocab in [1000usize, 20_000] {
                 let json = serde_json::json!({"seed": 9 + si, "mirostat": 2, "mirostat_tau": 60.0,
@@ -342,7 +381,15 @@ fn mirostat_v2_keeping_the_whole_vocabulary_matches_the_full_sort() {
                 let rows = rows(n_vocab, 3, 70 + si as u64, shape);
                 let chain = chain_for(&json, n_vocab);
                 let name = format!("mirostat-v2 wide n={n_vocab} shape={shape:?}");
-                assert_same_run(&name, &chain, &rows, &[], 24, true);
+                let stats = assert_same_run(&name, &chain, &rows, &[], 24, true);
+                assert_eq!(stats.slow_max_len, n_vocab, "{name}");
+                if shape.0 >= 3.0 && n_vocab == 20_000 {
+                    assert!(
+                        stats.fast.wide_draws >= 12,
+                        "{name}: the wide path drew {} of 24 steps",
+                        stats.fast.wide_draws
+                    );
+                }
             }
         }
     });

@@ -20,6 +20,7 @@ pub(crate) mod lse;
 pub(crate) mod reduce;
 pub(crate) mod sorted_softmax;
 pub(crate) mod top_k;
+pub(crate) mod wide_draw;
 
 use crate::overlay::{Overlay, CHUNK};
 

@@ -312,6 +312,11 @@ impl SortedSoftmax {
         }
     }
 
+    /// Every entry with `v >= thr()` is in the sorted prefix, every other entry is below it.
+    pub fn thr(&self) -> f32 {
+        self.thr
+    }
+
     /// The maximum (`data[0].logit` after the sort).
     pub fn max(&self) -> f32 {
         self.max

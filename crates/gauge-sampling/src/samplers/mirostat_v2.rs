@@ -13,32 +13,37 @@
 //! As the first dense stage (after `temp`, which the chain records as a pending division) the stage
 //! reads the row directly: `SortedSoftmax` gives the exact f32 sum and the sorted top without
 //! sorting the vocabulary, which is all the cut, the renormalisation and the draw read. The array
-//! left behind is exactly the slow path's: the kept prefix with its renormalised `p`.
+//! this prefix path leaves is exactly the slow path's: the kept prefix with its renormalised `p`.
 //!
 //! The prefix only pays while it is short. On a confident model's rows the drawn tokens' surprise
 //! stays below `tau`, `mu` climbs, and after a few hundred steps the cut keeps the whole
-//! vocabulary; then the prefix costs as much as the full sort or more. So the stage estimates the
-//! cut from `max`, the sum and `mu`, extends the prefix to it in one pass, and declines (the chain
-//! fills and sorts once, as llama.cpp does) past `FULL_SORT_FRACTION` of the vocabulary; while
-//! `mu` keeps growing after such a decline it skips the scan for a few steps.
+//! vocabulary. So the stage estimates the cut from `max`, the sum and `mu`, extends the prefix to
+//! it in one pass, and past `FULL_SORT_FRACTION` of the vocabulary draws without sorting
+//! ([`WideDraw`](crate::kernels::wide_draw): the kept set by classification, the drawn token by
+//! cumulative mass, settled in llama.cpp's summation order); while `mu` keeps growing it goes
+//! there directly for a few steps. That path leaves only the drawn candidate in the array (as
+//! `dist`'s row path does); whatever it cannot settle exactly (very rare) it declines, and the
+//! chain fills and sorts once, as llama.cpp does.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidates, TokenData, TokenId};
 use crate::kernels::sorted_softmax::SortedSoftmax;
+use crate::kernels::wide_draw::{Wide, WideDraw};
 use crate::kernels::Scan;
 use crate::ops::softmax_impl;
 use crate::overlay::Overlay;
 use crate::rng::{resolve_seed, Mt19937};
 use crate::sampler::{FromRow, Sampler, Shift};
 
-/// Past this fraction of the vocabulary kept, the fast path declines and the chain fills and sorts
-/// the whole row once (llama.cpp's cost). Measured on 49152-entry rows at temperature 0.8: on
-/// N(0, 3) rows the prefix stays cheaper than the full sort up to ~90% kept, on heavily tied rows
-/// (logits in quarter units) only up to ~40%, and on the default model's rows 0.3-0.5 measure
-/// the same while 1.0 is ~10% slower (docs/bench.md).
+/// Past this fraction of the vocabulary kept, the sorted prefix stops and the wide path draws
+/// (before it existed, the chain filled and sorted the whole row here, llama.cpp's cost). The
+/// fraction was chosen against that full sort, on 49152-entry rows at temperature 0.8: on N(0, 3)
+/// rows the prefix stays cheaper up to ~90% kept, on heavily tied rows (logits in quarter units)
+/// only up to ~40%, and on the default model's rows 0.3-0.5 measure the same (docs/bench.md).
 const FULL_SORT_FRACTION: f64 = 0.5;
 
-/// Steps the fast path is skipped after a too-deep cut while `mu` does not drop (a retry every
-/// `WIDE_SKIPS + 1` steps bounds the cost of a wrong guess, e.g. rows whose tail is banned).
+/// Steps that go straight to the wide path after a too-deep cut while `mu` does not drop (a
+/// retry every `WIDE_SKIPS + 1` steps bounds the cost of a wrong guess, e.g. rows whose tail is
+/// banned).
 const WIDE_SKIPS: u32 = 7;
 
 /// Nats below the estimated cut that the prefix is extended to, so that f32 rounding in the
@@ -55,10 +60,12 @@ pub struct MirostatV2 {
     rng: Mt19937,
     /// Scratch of the row fast path, reused across steps.
     soft: SortedSoftmax,
+    /// Scratch of the wide path (a cut deeper than the prefix should hold).
+    wide: WideDraw,
     /// `mu` when the fast path last found the cut too deep (`+inf`: it did not). While `mu` has
     /// not dropped below it the cut is almost surely as deep again (`mu` only grows on the
-    /// confident rows that cause this), so up to `WIDE_SKIPS` steps go straight to the full sort
-    /// without paying for the scan first.
+    /// confident rows that cause this), so up to `WIDE_SKIPS` steps go straight to the wide path
+    /// without paying for the prefix's pass first.
     wide_mu: f32,
     wide_skips: u32,
 }
@@ -73,6 +80,7 @@ impl MirostatV2 {
             mu: 2.0 * tau,
             rng: Mt19937::new(resolve_seed(seed)),
             soft: SortedSoftmax::default(),
+            wide: WideDraw::default(),
             wide_mu: f32::INFINITY,
             wide_skips: 0,
         }
@@ -99,13 +107,89 @@ impl MirostatV2 {
         }
     }
 
-    /// Draw from the renormalised kept set and move `mu` (both paths end here).
+    /// Draw from the renormalised kept set and move `mu` (the slow and prefix paths end here).
     fn draw(&mut self, cur: &mut Candidates) {
         let idx = self.rng.discrete(cur.as_slice().iter().map(|t| t.p));
         cur.selected = Some(idx);
-        let observed_surprise = -cur.as_slice()[idx].p.log2();
+        self.update_mu(cur.as_slice()[idx].p);
+    }
+
+    /// `mu -= eta * (-log2f(p) - tau)` for the drawn token's renormalised `p`.
+    fn update_mu(&mut self, p: f32) {
+        let observed_surprise = -p.log2();
         let e = observed_surprise - self.tau;
         self.mu -= self.eta * e;
+    }
+
+    /// The fast path once the sorted prefix reaches the cut: settle the cut exactly, fix the
+    /// order of the kept prefix and leave it, renormalised, as the slow path does.
+    fn apply_prefix(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
+        // the cut: first entry (descending) with -log2(p) > mu, p = e / sum as softmax_impl stores
+        // it; while a few half-unit entries leave the sum's last bits open, every candidate sum
+        // must give the same cut
+        let Some(mut keep) = self.cut_for(row, ov, self.soft.sum_candidate(0)) else {
+            return FromRow::Declined;
+        };
+        for j in 1..self.soft.n_sum_candidates() {
+            if self.cut_for(row, ov, self.soft.sum_candidate(j)) != Some(keep) {
+                let exact = match self
+                    .soft
+                    .resolve_sum(row, ov)
+                    .then(|| self.soft.sum())
+                    .flatten()
+                {
+                    Some(s) => s,
+                    None => return FromRow::Declined,
+                };
+                match self.cut_for(row, ov, exact) {
+                    Some(k) => keep = k,
+                    None => return FromRow::Declined,
+                }
+                break;
+            }
+        }
+        if !self.soft.fix_order(row, ov, keep) {
+            return FromRow::Declined;
+        }
+        self.soft.write_softmax_of_prefix(keep, cur);
+        self.draw(cur);
+        FromRow::Done
+    }
+
+    /// The fast path when the cut keeps more than the prefix should hold ([`WideDraw`]): only
+    /// the drawn candidate is left in `cur` (with its renormalised `p`), as `dist`'s row path
+    /// leaves it.
+    fn apply_wide(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> Wide {
+        if !self.soft.resolve_sum(row, ov) {
+            return Wide::Declined;
+        }
+        let res = self
+            .wide
+            .draw(row, ov, &mut self.soft, self.mu, &mut self.rng);
+        if let Wide::Drawn(d) = res {
+            cur.set_data(
+                [TokenData {
+                    id: d.id as TokenId,
+                    logit: d.v,
+                    p: d.p,
+                }],
+                true,
+            );
+            cur.selected = Some(0);
+            self.update_mu(d.p);
+            #[cfg(feature = "testing")]
+            crate::chain::testing::count(|c| c.wide_draws += 1);
+        }
+        res
+    }
+}
+
+impl From<Wide> for FromRow {
+    fn from(w: Wide) -> FromRow {
+        match w {
+            Wide::Drawn(_) => FromRow::Done,
+            Wide::NotWide | Wide::Declined => FromRow::Declined,
+        }
     }
 }
 
@@ -139,17 +223,22 @@ impl Sampler for MirostatV2 {
 
     /// The same step from "row + overlay" without sorting the vocabulary (see the module docs).
     fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {
-        if self.mu >= self.wide_mu && self.wide_skips < WIDE_SKIPS {
-            self.wide_skips += 1;
-            return FromRow::Declined;
-        }
         match self.soft.run(row, ov) {
             Scan::Done => {}
             Scan::Ambiguous => return FromRow::Declined,
             Scan::Invalid => return FromRow::Invalid,
         }
+        // While mu has not dropped since the prefix was last too deep, go straight to the wide
+        // path (retrying the prefix every `WIDE_SKIPS + 1` steps).
+        if self.mu >= self.wide_mu && self.wide_skips < WIDE_SKIPS {
+            self.wide_skips += 1;
+            match self.apply_wide(row, ov, cur) {
+                Wide::NotWide => {}
+                done_or_declined => return done_or_declined.into(),
+            }
+        }
         // Where the cut will fall: p >= 2^-mu means v >= max + ln(sum) - mu·ln 2. Extend to just
-        // below that in one pass; if that keeps too much of the vocabulary, one full sort is cheaper.
+        // below that in one pass; if that keeps too much of the vocabulary, the wide path draws.
         let n = row.len();
         let lo = self.soft.max() + self.soft.sum_candidate(0).ln()
             - self.mu * std::f32::consts::LN_2
@@ -158,39 +247,13 @@ impl Sampler for MirostatV2 {
         if !self.soft.extend_to(row, ov, lo, cap) {
             self.wide_mu = self.mu;
             self.wide_skips = 0;
-            return FromRow::Declined;
+            return match self.apply_wide(row, ov, cur) {
+                Wide::NotWide => FromRow::Declined,
+                other => other.into(),
+            };
         }
         self.wide_mu = f32::INFINITY;
-        // the cut: first entry (descending) with -log2(p) > mu, p = e / sum as softmax_impl stores
-        // it; while a few half-unit entries leave the sum's last bits open, every candidate sum
-        // must give the same cut
-        let Some(mut keep) = self.cut_for(row, ov, self.soft.sum_candidate(0)) else {
-            return FromRow::Declined;
-        };
-        for j in 1..self.soft.n_sum_candidates() {
-            if self.cut_for(row, ov, self.soft.sum_candidate(j)) != Some(keep) {
-                let exact = match self
-                    .soft
-                    .resolve_sum(row, ov)
-                    .then(|| self.soft.sum())
-                    .flatten()
-                {
-                    Some(s) => s,
-                    None => return FromRow::Declined,
-                };
-                match self.cut_for(row, ov, exact) {
-                    Some(k) => keep = k,
-                    None => return FromRow::Declined,
-                }
-                break;
-            }
-        }
-        if !self.soft.fix_order(row, ov, keep) {
-            return FromRow::Declined;
-        }
-        self.soft.write_softmax_of_prefix(keep, cur);
-        self.draw(cur);
-        FromRow::Done
+        self.apply_prefix(row, ov, cur)
     }
 
     fn explain_state(&self) -> Vec<(&'static str, f32)> {
