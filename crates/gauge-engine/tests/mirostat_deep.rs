@@ -25,7 +25,12 @@ fn mirostat_v2(seed: u32) -> SamplingParams {
 #[test]
 fn mirostat_v2_deep_in_a_generation_matches_llama_cpp() {
     let before = counts();
-    common::run_case_steps(&common::model(), "mirostat v2, 240 steps", mirostat_v2(77), 240);
+    common::run_case_steps(
+        &common::model(),
+        "mirostat v2, 240 steps",
+        mirostat_v2(77),
+        240,
+    );
     let d = counts() - before;
     assert!(
         d.wide_draws > 0,
@@ -70,5 +75,9 @@ fn mirostat_v2_wide_path_matches_the_fill_path_on_deep_model_rows() {
         "the wide path drew only {} of {steps} steps: {d:?}",
         d.wide_draws
     );
-    assert_eq!(slow.last_candidates().len(), n_vocab, "the cut keeps everything by now");
+    assert_eq!(
+        slow.last_candidates().len(),
+        n_vocab,
+        "the cut keeps everything by now"
+    );
 }

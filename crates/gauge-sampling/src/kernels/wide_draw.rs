@@ -77,7 +77,7 @@ pub(crate) enum Wide {
     /// The step, exactly; the generator has moved as the slow path's.
     Drawn(Drawn),
     /// The cut is shallow enough that the sorted prefix covers it: not this path's case.
-    NotWide,
+    Shallow,
     /// Undecided here (module docs, 5); the generator has not moved.
     Declined,
 }
@@ -135,8 +135,11 @@ fn tail_pass(
         next_edit += edited as usize;
         let start = ci * CHUNK;
         let vals = ov.current_block(row, start, block, edited, &mut vbuf);
+        // a fixed-width copy, so the lane loop vectorises; the padding (+inf) is never in the tail
+        let mut lane_vals = [f32::INFINITY; CHUNK];
+        lane_vals[..vals.len()].copy_from_slice(vals);
         let mut any_band = false;
-        for (j, &v) in vals.iter().enumerate() {
+        for (j, &v) in lane_vals.iter().enumerate() {
             let d = v - max;
             let tail = v < thr;
             let keep = tail & (d >= keep_ge);
@@ -225,7 +228,7 @@ impl WideDraw {
         }
         // every entry of the sorted prefix must surely be kept, or the cut is the prefix's business
         if soft.sorted().len() >= row.len() || thr - max < keep_ge {
-            return Wide::NotWide;
+            return Wide::Shallow;
         }
         self.band.clear();
         let sums = tail_pass(row, ov, max, thr, keep_ge, drop_lt, &mut self.band);
@@ -234,8 +237,7 @@ impl WideDraw {
         }
         // the band in sorted order, exactly as the slow path classifies it
         let mut drop_max_d = sums.drop_max_d;
-        self.band
-            .sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
+        self.band.sort_unstable_by(|a, b| b.v.total_cmp(&a.v));
         let mut kept_band = self.band.len();
         for (i, c) in self.band.iter_mut().enumerate() {
             c.e = (c.v - max).exp();
@@ -268,7 +270,7 @@ impl WideDraw {
         let err_own = (n_kept as f64 + 64.0) * f64::EPSILON * total;
         let e_t = err_tail + err_own;
         let delta = 2.05 * e_t / (total - e_t) + 2.05 * gamma(n_kept + 1) + 1e-15;
-        if !(delta < 1e-3) {
+        if delta.is_nan() || delta >= 1e-3 {
             return Wide::Declined;
         }
         let mut r = rng.clone();

@@ -188,7 +188,7 @@ impl From<Wide> for FromRow {
     fn from(w: Wide) -> FromRow {
         match w {
             Wide::Drawn(_) => FromRow::Done,
-            Wide::NotWide | Wide::Declined => FromRow::Declined,
+            Wide::Shallow | Wide::Declined => FromRow::Declined,
         }
     }
 }
@@ -233,7 +233,7 @@ impl Sampler for MirostatV2 {
         if self.mu >= self.wide_mu && self.wide_skips < WIDE_SKIPS {
             self.wide_skips += 1;
             match self.apply_wide(row, ov, cur) {
-                Wide::NotWide => {}
+                Wide::Shallow => {}
                 done_or_declined => return done_or_declined.into(),
             }
         }
@@ -248,7 +248,7 @@ impl Sampler for MirostatV2 {
             self.wide_mu = self.mu;
             self.wide_skips = 0;
             return match self.apply_wide(row, ov, cur) {
-                Wide::NotWide => FromRow::Declined,
+                Wide::Shallow => FromRow::Declined,
                 other => other.into(),
             };
         }
