@@ -86,6 +86,14 @@ impl Sampler for GrammarStage {
         cur.set_data(self.scratch.drain(..), sorted);
     }
 
+    /// First in the chain (as `constrain` puts it): the allowed set recorded in the overlay, so
+    /// the later sparse stages (logit bias, penalties, DRY) edit the row as usual and the first
+    /// dense stage reads "row + edits + allowed set" directly (`Overlay::keep_only`); the chain
+    /// fills the array of allowed entries only for a dense stage that cannot read the set.
+    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
+        ov.keep_only(self.state.allowed().as_slice())
+    }
+
     /// The allowed tokens straight from the row (in id order, as a filled array filtered by
     /// `apply` would hold them): the vocabulary-sized fill is never made.
     fn apply_from_row(&mut self, row: &[f32], ov: &Overlay, cur: &mut Candidates) -> FromRow {

@@ -78,6 +78,9 @@ pub mod testing {
         pub declined: u64,
         /// Steps of chains with the fast path switched off.
         pub fill: u64,
+        /// `from_row` steps whose stage read an allowed set recorded in the overlay (a grammar's,
+        /// `Overlay::keep_only`) instead of a filled array of the allowed entries.
+        pub kept_from_row: u64,
         /// mirostat-v2 steps that drew from a kept set too large for the sorted prefix without
         /// sorting it (`kernels::wide_draw`); also counted in `from_row`.
         pub wide_draws: u64,
@@ -91,6 +94,7 @@ pub mod testing {
                 declined: self.declined + o.declined,
                 fill: self.fill + o.fill,
                 wide_draws: self.wide_draws + o.wide_draws,
+                kept_from_row: self.kept_from_row + o.kept_from_row,
             }
         }
     }
@@ -103,13 +107,16 @@ pub mod testing {
                 declined: self.declined - o.declined,
                 fill: self.fill - o.fill,
                 wide_draws: self.wide_draws - o.wide_draws,
+                kept_from_row: self.kept_from_row - o.kept_from_row,
             }
         }
     }
 
     thread_local! {
         static COUNTS: Cell<FastPathCounts> = const {
-            Cell::new(FastPathCounts { from_row: 0, declined: 0, fill: 0, wide_draws: 0 })
+            Cell::new(FastPathCounts {
+                from_row: 0, declined: 0, fill: 0, wide_draws: 0, kept_from_row: 0,
+            })
         };
     }
 
@@ -264,14 +271,22 @@ impl Chain {
         }
         self.overlay.prepare();
         let from_row = match self.stages.get_mut(i) {
-            Some(st) => st.apply_from_row(logits, &self.overlay, cur),
-            None => FromRow::Declined,
+            Some(st) if self.overlay.keep_mask().is_none() || st.reads_keep_mask() => {
+                st.apply_from_row(logits, &self.overlay, cur)
+            }
+            _ => FromRow::Declined,
         };
         #[cfg(feature = "testing")]
-        testing::count(|c| match from_row {
-            FromRow::Done => c.from_row += 1,
-            _ => c.declined += 1,
-        });
+        {
+            let kept = self.overlay.keep_mask().is_some() as u64;
+            testing::count(|c| match from_row {
+                FromRow::Done => {
+                    c.from_row += 1;
+                    c.kept_from_row += kept;
+                }
+                _ => c.declined += 1,
+            });
+        }
         match from_row {
             FromRow::Done => i += 1,
             // Invalid: the row check below reports the exact entry. Should a stage ever call a

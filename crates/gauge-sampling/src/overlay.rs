@@ -87,6 +87,27 @@ impl StageValues<'_> {
 /// runs on the filled array.
 pub(crate) const MAX_TRANSFORMS: usize = 3;
 
+/// On the bits: for finite values `|x|`'s bit pattern orders like `|x|`, and non-finite ones
+/// (>= the exponent-all-ones pattern) count as 0.
+#[inline(always)]
+fn abs_bits(x: f32) -> u32 {
+    const EXP_ALL_ONES: u32 = 0x7f80_0000;
+    let b = x.to_bits() & 0x7fff_ffff;
+    if b < EXP_ALL_ONES {
+        b
+    } else {
+        0
+    }
+}
+
+crate::simd::multiversion! {
+/// The largest [`abs_bits`] of a row: an integer max, which vectorises from SSE4.1 on (baseline
+/// SSE2 has no unsigned 32-bit max, so this is dispatched: it runs on every temperature step).
+fn max_abs_bits(row: &[f32]) -> u32 {
+    row.iter().fold(0u32, |m, &x| m.max(abs_bits(x)))
+}
+}
+
 /// Reusable storage for sparse edits over a row of `n` logits. Lookups are O(1) through a
 /// generation-stamped slot table, so clearing between steps is O(edits), not O(n).
 #[derive(Clone, Debug, Default)]
@@ -108,6 +129,11 @@ pub struct Overlay {
     lazy: Option<LazyCut>,
     /// The lazy mask's exact cut, computed on first need.
     lazy_cut: OnceLock<f32>,
+    /// The ids that remain candidates when `kept` (bit `i % 32` of word `i / 32`): a grammar's
+    /// allowed set, recorded instead of filling the array of allowed entries
+    /// ([`Overlay::keep_only`]).
+    keep: Vec<u32>,
+    kept: bool,
 }
 
 /// Width of the blocks the scanning kernels test at once.
@@ -134,6 +160,37 @@ impl Overlay {
         self.mask_snap.clear();
         self.lazy = None;
         self.lazy_cut = OnceLock::new();
+        self.kept = false;
+    }
+
+    /// Record that only the ids whose bit is set in `words` remain candidates (a grammar's allowed
+    /// set; bit `i % 32` of word `i / 32`): the filled array would hold just those, in id order.
+    /// Removed ids read as `-inf` through `get` and the block readers, which is what a reader
+    /// that handles the mask ([`crate::Sampler::reads_keep_mask`]) needs; `materialize` drops them.
+    /// Ids past the end of `words` are removed (a tokenizer shorter than the padded row), as
+    /// `Candidates::fill_where` drops them. Only as the first record of a step (`false`
+    /// otherwise).
+    pub fn keep_only(&mut self, words: &[u32]) -> bool {
+        if !self.is_pristine() {
+            return false;
+        }
+        let len = self.stamp.len().div_ceil(32);
+        self.keep.clear();
+        self.keep.extend_from_slice(&words[..words.len().min(len)]);
+        self.keep.resize(len, 0);
+        self.kept = true;
+        true
+    }
+
+    /// The recorded allowed set, if any ([`Overlay::keep_only`]).
+    #[inline]
+    pub(crate) fn keep_mask(&self) -> Option<&[u32]> {
+        self.kept.then_some(&self.keep[..])
+    }
+
+    #[inline(always)]
+    fn removed(&self, id: usize) -> bool {
+        self.kept && self.keep[id / 32] >> (id % 32) & 1 == 0
     }
 
     #[inline]
@@ -172,6 +229,9 @@ impl Overlay {
     /// The value of `id` after the edits and the first `upto` transforms.
     #[inline]
     fn value_upto(&self, row: &[f32], id: usize, upto: u8) -> f32 {
+        if self.removed(id) {
+            return f32::NEG_INFINITY;
+        }
         match self.slot_of(id) {
             Some(s) => {
                 let (_, v, k) = self.edits[s];
@@ -258,7 +318,7 @@ impl Overlay {
     /// No edit and no pending transform: every current value is the row's own.
     #[inline]
     pub fn is_pristine(&self) -> bool {
-        self.edits.is_empty() && self.n_xf == 0
+        self.edits.is_empty() && self.n_xf == 0 && !self.kept
     }
 
     /// Whether any entry has been edited.
@@ -270,25 +330,14 @@ impl Overlay {
     /// Whether any transform is pending (readers of raw row blocks must then transform them).
     #[inline]
     pub(crate) fn has_transforms(&self) -> bool {
-        self.n_xf > 0
+        self.n_xf > 0 || self.kept
     }
 
     /// An upper bound on `|x|` over the finite values of the row as it stands (raw entries, edits,
     /// pending divisions), `+inf` when no finite bound holds. Temperature asks this before it
     /// records a division, which must not overflow (see `ops::temp_overflows`).
     pub(crate) fn max_abs_bound(&self, row: &[f32]) -> f32 {
-        // On the bits: for finite values `|x|`'s bit pattern orders like `|x|`, and non-finite
-        // ones (>= the exponent-all-ones pattern) count as 0. An integer max vectorises.
-        const EXP_ALL_ONES: u32 = 0x7f80_0000;
-        let abs_bits = |x: f32| {
-            let b = x.to_bits() & 0x7fff_ffff;
-            if b < EXP_ALL_ONES {
-                b
-            } else {
-                0
-            }
-        };
-        let bits = row.iter().fold(0u32, |m, &x| m.max(abs_bits(x)));
+        let bits = max_abs_bits(row);
         let bits = self.edits.iter().fold(bits, |m, e| m.max(abs_bits(e.1)));
         let mut m = f32::from_bits(bits);
         for t in self.transforms() {
@@ -309,10 +358,11 @@ impl Overlay {
     /// raw entry, and a bar on values has a raw bar ([`Overlay::raw_bar`]), so a kernel can read
     /// raw spans at raw speed and map only what it keeps.
     pub(crate) fn monotone_upto(&self, upto: usize) -> bool {
-        self.xf[..upto.min(self.n_xf as usize)]
-            .iter()
-            .flatten()
-            .all(|t| matches!(t, Transform::Div(_) | Transform::LogProb { .. }))
+        !self.kept
+            && self.xf[..upto.min(self.n_xf as usize)]
+                .iter()
+                .flatten()
+                .all(|t| matches!(t, Transform::Div(_) | Transform::LogProb { .. }))
     }
 
     /// An unedited raw value with the first `upto` transforms applied (what `value_at` gives for
@@ -359,7 +409,7 @@ impl Overlay {
     /// divides as it reads).
     pub(crate) fn only_div(&self) -> Option<f32> {
         match (self.n_xf, self.xf[0]) {
-            (1, Some(Transform::Div(t))) => Some(t),
+            (1, Some(Transform::Div(t))) if !self.kept => Some(t),
             _ => None,
         }
     }
@@ -455,10 +505,21 @@ impl Overlay {
             }
             return &buf[..n];
         }
-        if upto == 0 {
+        if upto == 0 && !self.kept {
             return block;
         }
         buf[..n].copy_from_slice(block);
+        if self.kept {
+            // blocks start at multiples of CHUNK (16): their bits are one half of a mask word
+            let bits = self.keep[start / 32] >> (start % 32);
+            for (j, b) in buf[..n].iter_mut().enumerate() {
+                *b = if bits >> j & 1 != 0 {
+                    *b
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+        }
         for t in self.xf[..upto as usize].iter().flatten() {
             match *t {
                 Transform::Div(d) => buf[..n].iter_mut().for_each(|x| *x /= d),
@@ -474,14 +535,28 @@ impl Overlay {
     }
 
     /// The slow path: the full identity-layout array, as llama.cpp's fill plus the same stages.
+    ///
+    /// With an allowed set the array holds only the allowed entries, in id order (what the
+    /// grammar's `apply` leaves on a filled array), and every later stage's effect on an entry is
+    /// the same f32 there: edits land on their entry (found by id), removed ids are left out.
     pub fn materialize(&self, row: &[f32], cur: &mut Candidates) {
-        cur.fill(row);
+        if self.kept {
+            cur.fill_where(row, &self.keep);
+        } else {
+            cur.fill(row);
+        }
         // Replay in recorded order: edits written before transform k, then transform k, ...
+        let kept = self.kept;
         let s = cur.as_mut_slice();
         for k in 0..=self.n_xf {
             for &(id, v, at) in &self.edits {
-                if at == k {
+                if at != k {
+                    continue;
+                }
+                if !kept {
                     s[id as usize].logit = v;
+                } else if let Ok(i) = s.binary_search_by_key(&id, |t| t.id) {
+                    s[i].logit = v;
                 }
             }
             let Some(t) = self.xf[..self.n_xf as usize]

@@ -66,6 +66,12 @@ pub trait Sampler: CloneSampler + Send + std::fmt::Debug {
     fn apply_from_row(&mut self, _row: &[f32], _ov: &Overlay, _cur: &mut Candidates) -> FromRow {
         FromRow::Declined
     }
+    /// Whether `apply_from_row` handles an allowed set recorded with [`Overlay::keep_only`]
+    /// (removed ids read as `-inf`, but the array it leaves must be the one over the allowed
+    /// entries only). The chain fills the array for a stage that does not say so.
+    fn reads_keep_mask(&self) -> bool {
+        false
+    }
     /// Feedback state worth showing when a step is explained (mirostat's `mu`); none by default.
     fn explain_state(&self) -> Vec<(&'static str, f32)> {
         Vec::new()

@@ -69,8 +69,10 @@ fn scan_top_k(
     let (mut info, mut maxes) = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
     let pass = top_k_pass(row, ov, k, floor, upto, &mut info, &mut maxes, buf);
     SPANS.with(|sp| *sp.borrow_mut() = (info, maxes));
+    // with an allowed set the heap replay would walk the wrong array: decline instead
+    let kept = ov.keep_mask().is_some();
     let ambiguous = |buf: &mut Vec<(f32, u32)>| {
-        if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+        if replay && !kept && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
             heap_replay(row, ov, k.min(n), floor, upto, buf)
         } else {
             Scan::Ambiguous
@@ -84,6 +86,10 @@ fn scan_top_k(
     // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
     if buf.len() < k && n > buf.len() {
         return ambiguous(buf);
+    }
+    // a removed id (read as -inf) may be among the k only if the k-th value is -inf
+    if kept && buf.iter().any(|e| e.0 == f32::NEG_INFINITY) {
+        return Scan::Ambiguous;
     }
     buf.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let k = k.min(buf.len());
@@ -120,7 +126,8 @@ fn top_k_pass(
     maxes: &mut Vec<f32>,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
-    let plain = upto == 0;
+    // raw spans are the values only without transforms and without an allowed set
+    let plain = upto == 0 && ov.keep_mask().is_none();
     // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
     // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
     let mono = ov.monotone_upto(upto);

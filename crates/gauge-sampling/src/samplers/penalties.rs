@@ -469,7 +469,14 @@ impl Penalties {
         if ov.n_transforms() >= MAX_TRANSFORMS {
             return false;
         }
-        let values: &[f32] = if ov.has_edits() || ov.has_transforms() {
+        let values: &[f32] = if ov.keep_mask().is_some() {
+            // an allowed set: the filled array holds only those entries, in id order, and the
+            // max and log-sum-exp are over that array (its lanes too), so compact the values
+            ov.prepare();
+            current_values(row, ov, &mut self.values);
+            compact_where(&mut self.values, ov.keep_mask().unwrap_or_default());
+            &self.values
+        } else if ov.has_edits() || ov.has_transforms() {
             ov.prepare();
             current_values(row, ov, &mut self.values);
             &self.values
@@ -502,6 +509,34 @@ impl Penalties {
         }
         true
     }
+}
+
+/// Keep the entries of `values` (one per id) whose bit is set in `bits`, in order; whole words of
+/// allowed ids move as one block.
+fn compact_where(values: &mut Vec<f32>, bits: &[u32]) {
+    let n = values.len();
+    let mut w = 0;
+    for (k, &word) in bits.iter().enumerate() {
+        let base = k * 32;
+        if base >= n {
+            break;
+        }
+        if word == u32::MAX && base + 32 <= n {
+            values.copy_within(base..base + 32, w);
+            w += 32;
+            continue;
+        }
+        let mut rest = word;
+        while rest != 0 {
+            let i = base + rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if i < n {
+                values[w] = values[i];
+                w += 1;
+            }
+        }
+    }
+    values.truncate(w);
 }
 
 impl Sampler for Penalties {

@@ -65,6 +65,12 @@ impl Sampler for TopK {
         );
         FromRow::Done
     }
+    /// The kernel reads removed ids as `-inf` and declines whenever one could be among the k
+    /// (fewer than k finite allowed entries) or a tie would need the heap replay, which walks the
+    /// identity layout: then its k are the k of the allowed array, in the same order.
+    fn reads_keep_mask(&self) -> bool {
+        true
+    }
     /// Invariant: the kept set is the k largest logits, which a common shift does not change. Only
     /// the order among exactly tied logits can depend on where the 128 bucket boundaries fall.
     fn shift(&self) -> Shift {

@@ -78,6 +78,10 @@ impl Sampler for TopNSigma {
         if self.n <= 0.0 || row.len() <= 1 {
             return true;
         }
+        // its band is over the whole row; with an allowed set it must see only the allowed array
+        if ov.keep_mask().is_some() {
+            return false;
+        }
         ov.prepare();
         match sigma_band(row, ov, self.n) {
             SigmaBand::Invalid => false,
