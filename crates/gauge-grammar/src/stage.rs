@@ -10,6 +10,10 @@ use crate::spec::ConstraintRequest;
 use crate::state::GrammarState;
 use crate::vocab::GrammarVocab;
 
+/// The allowed set goes into the overlay (instead of a filled array) only when it holds at
+/// least `1 / KEEP_IN_OVERLAY_FRACTION` of the row.
+const KEEP_IN_OVERLAY_FRACTION: usize = 8;
+
 /// The stage's name in the chain print.
 pub const STAGE_NAME: &str = "grammar";
 
@@ -19,6 +23,8 @@ pub const STAGE_NAME: &str = "grammar";
 pub struct GrammarStage {
     state: GrammarState,
     scratch: Vec<TokenData>,
+    /// Record large allowed sets in the overlay ([`GrammarStage::with_mask_in_overlay`]).
+    mask_in_overlay: bool,
 }
 
 impl GrammarStage {
@@ -46,7 +52,17 @@ impl GrammarStage {
         Self {
             state,
             scratch: Vec::new(),
+            mask_in_overlay: false,
         }
+    }
+
+    /// Record a large allowed set in the overlay (`Overlay::keep_only`) instead of filling the
+    /// array of allowed entries, so top-k reads "row + edits + allowed set". Exact (tests/
+    /// row_path.rs) but off by default: on the 2-core VM it did not measure faster than the fill
+    /// (docs/bench.md, "Issue 23 §4").
+    pub fn with_mask_in_overlay(mut self, on: bool) -> Self {
+        self.mask_in_overlay = on;
+        self
     }
 
     /// The grammar state (for inspection: `error`, `is_stopped`).
@@ -86,12 +102,21 @@ impl Sampler for GrammarStage {
         cur.set_data(self.scratch.drain(..), sorted);
     }
 
-    /// First in the chain (as `constrain` puts it): the allowed set recorded in the overlay, so
+    /// With [`GrammarStage::with_mask_in_overlay`], first in the chain (as `constrain` puts it):
+    /// the allowed set recorded in the overlay, so
     /// the later sparse stages (logit bias, penalties, DRY) edit the row as usual and the first
     /// dense stage reads "row + edits + allowed set" directly (`Overlay::keep_only`); the chain
     /// fills the array of allowed entries only for a dense stage that cannot read the set.
-    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
-        ov.keep_only(self.state.allowed().as_slice())
+    ///
+    /// Only for a large allowed set (inside a free string: most of the vocabulary): a small one
+    /// is cheaper to fill (`apply_from_row`), and top-k's kernel would decline on fewer than k.
+    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+        if !self.mask_in_overlay {
+            return false;
+        }
+        let words = self.state.allowed().as_slice();
+        let allowed: usize = words.iter().map(|w| w.count_ones() as usize).sum();
+        allowed >= (row.len() / KEEP_IN_OVERLAY_FRACTION).max(256) && ov.keep_only(words)
     }
 
     /// The allowed tokens straight from the row (in id order, as a filled array filtered by
