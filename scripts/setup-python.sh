@@ -15,14 +15,8 @@ wheel_stamp="$VENV/.gauge-wheel-built"
 lock_hash() { cat python/requirements-lock.txt python/requirements-dev.txt | sha256sum | cut -d' ' -f1; }
 engines_stamp="$VENV/.gauge-engines-installed"
 engines_hash() { sha256sum python/requirements-engines.txt | cut -d' ' -f1; }
-# What the wheel is built from: gauge-py and the workspace crates it links (sources, manifests,
-# the Python package), plus the lock file.
-wheel_hash() {
-  find crates/gauge-py crates/gauge-sampling crates/gauge-lab crates/gauge-engine crates/gauge-grammar \
-    \( -name target -o -name __pycache__ -o -name tests -o -name benches \) -prune -o -type f \
-    \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.typed' \) -print0 \
-    | LC_ALL=C sort -z | xargs -0 sha256sum | cat - Cargo.lock Cargo.toml | sha256sum | cut -d' ' -f1
-}
+# wheel_hash: what the wheel is built from (scripts/wheel-hash.sh).
+source scripts/wheel-hash.sh
 if [ "${1:-}" = "--if-stale" ]; then
   if [ -x "$VENV/bin/python" ] && [ "$(cat "$lock_stamp" 2>/dev/null)" = "$(lock_hash)" ] \
     && [ "$(cat "$wheel_stamp" 2>/dev/null)" = "$(wheel_hash)" ] \

@@ -18,6 +18,11 @@ ROOT = models.ROOT
 DATA = ROOT / "data"
 #: Where the HF and vLLM tests put their tensors and models (scripts/gpu-check.sh sets cuda).
 DEVICE = os.environ.get("GAUGE_TEST_DEVICE", "cpu")
+#: The HF model tests' model dtype (float32, bfloat16, float16; scripts/gpu-check-offline.sh runs each).
+DTYPE = os.environ.get("GAUGE_TEST_DTYPE", "float32")
+#: An HF folder for the HF model tests instead of the default model's GGUF (scripts/gpu-check-offline.sh
+#: gives a seeded random-init model of the default model's shape, where no GGUF can be pulled).
+HF_MODEL = os.environ.get("GAUGE_TEST_HF_MODEL")
 
 
 def need(ok: bool, reason: str) -> None:
@@ -51,10 +56,13 @@ def gguf(gauge_bin) -> Path:
 
 
 @pytest.fixture(scope="session")
-def hf(gguf):
-    """(model, tokenizer) on CPU, float32."""
+def hf(request):
+    """(model, tokenizer) on DEVICE in DTYPE: the default model, or the folder HF_MODEL."""
     need_import("transformers")
-    model, tok = models.load_hf(gguf)
+    if HF_MODEL:
+        need((Path(HF_MODEL) / "config.json").is_file(), f"GAUGE_TEST_HF_MODEL={HF_MODEL} has no config.json")
+        return models.load_hf_folder(Path(HF_MODEL), DTYPE, DEVICE)
+    model, tok = models.load_hf(request.getfixturevalue("gguf"), DTYPE)
     return model.to(DEVICE), tok
 
 

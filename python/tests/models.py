@@ -34,11 +34,20 @@ def _ref(gguf: Path):
     return ModelRef(label=gguf.stem, gguf=gguf, folder=None)
 
 
-def load_hf(gguf: Path):
-    """(model, tokenizer) from the GGUF, weights dequantized to float32, in eval mode."""
+def load_hf(gguf: Path, dtype: str = "float32"):
+    """(model, tokenizer) from the GGUF, weights dequantized to float32 (then ``dtype``), in eval
+    mode on CPU."""
     from gauge_sampling.lab.models import load_hf as load
 
-    return load(_ref(gguf), "float32", "cpu")
+    return load(_ref(gguf), dtype, "cpu")
+
+
+def load_hf_folder(folder: Path, dtype: str, device: str):
+    """(model, tokenizer) from an HF folder, in eval mode on ``device``."""
+    from gauge_sampling.lab.models import ModelRef
+    from gauge_sampling.lab.models import load_hf as load
+
+    return load(ModelRef(label=folder.name, gguf=None, folder=folder), dtype, device)
 
 
 def safetensors_dir(gguf: Path) -> Path:
