@@ -194,10 +194,15 @@ def test_model_ctrl_tokens_are_hfs(greedy):
     assert torch.equal(ours, theirs)
 
 
-def test_model_normalized_tokens_ignore_a_shift_and_ctrl_tokens_do_not(greedy):
+def test_model_normalized_tokens_ignore_a_shift(greedy):
     norm_up = greedy([Shift(5.0), RepetitionPenalty(THETA, mode="normalized")])
     norm_down = greedy([Shift(-5.0), RepetitionPenalty(THETA, mode="normalized")])
     assert torch.equal(norm_up, norm_down)
+
+
+def test_model_ctrl_tokens_move_with_a_shift(greedy):
+    """A fact of the default model's rows (on a random-init model of its shape the ±5 shift
+    moved none of 128 probe positions: scripts/gpu-check-offline.sh deselects this test)."""
     ctrl_up = greedy([Shift(5.0), RepetitionPenalty(THETA, mode="ctrl")])
     ctrl_down = greedy([Shift(-5.0), RepetitionPenalty(THETA, mode="ctrl")])
     assert not torch.equal(ctrl_up, ctrl_down)
