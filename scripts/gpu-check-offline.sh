@@ -200,7 +200,11 @@ site = Path(sys.argv[1]).resolve()
 where = Path(gauge_sampling.__file__).resolve()
 if site not in where.parents:
     sys.exit(f"gauge_sampling imports from {where}, not from the carried wheel in {site}")
-tree = Path("crates/gauge-py/python/gauge_sampling")
+# The package's sources in this tree (either layout of crates/gauge-py).
+trees = [Path("crates/gauge-py/gauge_sampling"), Path("crates/gauge-py/python/gauge_sampling")]
+tree = next((t for t in trees if (t / "__init__.py").is_file()), None)
+if tree is None:
+    sys.exit(f"no gauge_sampling sources in this tree ({', '.join(map(str, trees))})")
 differ = [
     str(p.relative_to(tree))
     for p in sorted(tree.rglob("*.py"))
