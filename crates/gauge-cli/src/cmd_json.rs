@@ -9,6 +9,7 @@ use gauge_lab::json::{
     compare_json_runs, json_run_dir, render_json_table, run_json, run_json_constrained, JsonConfig,
 };
 use gauge_lab::ops::Op;
+use gauge_lab::stack::Stack;
 use gauge_lab::Grid;
 use std::sync::Arc;
 
@@ -39,9 +40,14 @@ pub struct JsonArgs {
     pub n_seq_max: u32,
     /// Who decides, comma-separated: gauge and/or llama-cpp (llama.cpp's own penalties → greedy
     /// chain, the note's A2 llama.cpp driver, for ctrl and subtractive; normalized stays on gauge's
-    /// operator).
-    #[arg(long, default_value = "gauge", value_delimiter = ',')]
-    pub sampler: Vec<String>,
+    /// operator). `--sampler` is its old name.
+    #[arg(
+        long = "engine",
+        visible_alias = "sampler",
+        default_value = "gauge",
+        value_delimiter = ','
+    )]
+    pub engine: Vec<String>,
     /// Decode under each schema as a grammar (the server's `response_format` stage): syntax is
     /// then guaranteed, and the report shows what the penalty still breaks (format validity,
     /// placeholders, early-closed strings and arrays, length). Runs stop at end-of-generation.
@@ -70,7 +76,10 @@ pub fn run(args: &JsonArgs) -> Result<()> {
         ..JsonConfig::default()
     };
     let mut cfgs = Vec::new();
-    for s in parse_stacks(&args.sampler)? {
+    for s in parse_stacks(&args.engine)? {
+        if s == Stack::Candle {
+            bail!("--engine candle: `gauge probe` only (allowed here: gauge, llama-cpp)");
+        }
         note_gauge_decided(s, &base.ops);
         let mut c = JsonConfig {
             sampler: s,

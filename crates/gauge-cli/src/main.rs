@@ -3,6 +3,8 @@
 //! A thin binary: every subcommand parses flags with clap and calls a library function; `anyhow` is
 //! used only here, at the edge. Errors print one clear line and exit with code 2.
 
+#[cfg(feature = "candle")]
+mod candle_engine;
 mod cmd_bench;
 mod cmd_calibrate;
 mod cmd_chain;

@@ -50,6 +50,9 @@ pub enum EngineError {
     /// A sampling-chain failure.
     #[error(transparent)]
     Sampling(#[from] gauge_sampling::SamplingError),
+    /// candle (feature `candle`) could not read, convert or run a model.
+    #[error("candle: {0}")]
+    Candle(String),
     /// A llama.cpp feature the reference chain cannot express.
     #[error("llama.cpp's chain cannot express this: {0}")]
     NotInLlamaCpp(String),

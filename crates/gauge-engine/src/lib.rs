@@ -61,6 +61,8 @@
 pub mod batch;
 #[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod error;
 #[cfg(feature = "llama")]
 pub mod generate;

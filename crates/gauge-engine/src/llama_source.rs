@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use gauge_sampling::TokenId;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
@@ -104,6 +104,13 @@ impl LlamaSource {
             .with_n_threads(opts.threads())
             .with_n_threads_batch(opts.threads())
             .with_kv_unified(opts.kv_unified);
+        let params = if opts.kv_f32 {
+            params
+                .with_type_k(KvCacheType::F32)
+                .with_type_v(KvCacheType::F32)
+        } else {
+            params
+        };
         let ctx = model.new_context(params)?;
         // SAFETY: the context borrows the model, which lives in the `Arc` this struct holds; the
         // `Arc`'s pointee never moves, and the field order drops the context before the `Arc`.

@@ -80,6 +80,10 @@ pub enum Stack {
     Mlx,
     /// onnxruntime-genai's own `repetition_penalty`, decoded in Python (`--engine ort-genai`).
     OrtGenai,
+    /// candle-transformers' quantized llama (the GGUF dequantized to float32) as the logit
+    /// source and candle's `apply_repeat_penalty` for ctrl, decoded by the Rust run core
+    /// (`gauge probe --engine candle`, cargo feature `candle`).
+    Candle,
 }
 
 impl Stack {
@@ -94,6 +98,7 @@ impl Stack {
             Stack::Openai => "openai",
             Stack::Mlx => "mlx",
             Stack::OrtGenai => "ort-genai",
+            Stack::Candle => "candle",
         }
     }
 
@@ -108,6 +113,7 @@ impl Stack {
             Stack::Openai => "an OpenAI-compatible server",
             Stack::Mlx => "mlx-lm",
             Stack::OrtGenai => "onnxruntime-genai",
+            Stack::Candle => "candle",
         }
     }
 
@@ -121,14 +127,17 @@ impl Stack {
             Stack::Openai => "the server's `repeat_penalty` / `repetition_penalty`",
             Stack::Mlx => "`make_repetition_penalty`",
             Stack::OrtGenai => "`repetition_penalty`",
+            Stack::Candle => "`candle_transformers::utils::apply_repeat_penalty`",
         }
     }
 
-    /// Parse a name of a stack the Rust decode runs (`gauge probe --sampler`): gauge, llama-cpp.
+    /// Parse a name of a stack the Rust decode runs (`gauge probe --engine`): gauge, llama-cpp,
+    /// candle.
     pub fn parse(s: &str) -> Option<Stack> {
         match s.trim() {
             "gauge" => Some(Stack::Gauge),
             "llama-cpp" | "llama.cpp" | "llamacpp" => Some(Stack::LlamaCpp),
+            "candle" => Some(Stack::Candle),
             _ => None,
         }
     }
@@ -149,7 +158,18 @@ impl Stack {
 
     /// Is the stack decoded by the Python package (its logits from torch), not by [`crate::run`]?
     pub fn is_python(self) -> bool {
-        !matches!(self, Stack::Gauge | Stack::LlamaCpp)
+        !matches!(self, Stack::Gauge | Stack::LlamaCpp | Stack::Candle)
+    }
+
+    /// Does a run of this stack carry an [`EngineInfo`] (versions, weights, the logits check)?
+    /// Every engine that computes its own logits does: the Python ones and candle.
+    pub fn has_engine_record(self) -> bool {
+        self.is_python() || self == Stack::Candle
+    }
+
+    /// Does this stack decide with a per-run engine chain in the Rust decode ([`EngineChain`])?
+    pub(crate) fn has_chain(self) -> bool {
+        matches!(self, Stack::LlamaCpp | Stack::Candle)
     }
 
     /// Refuse a Python stack where the Rust decode would run (it would silently decide with
@@ -159,7 +179,7 @@ impl Stack {
             return Err(LabError::config(
                 "sampler",
                 self,
-                "gauge or llama-cpp (the Python engines' runs are decoded by `python -m gauge_sampling`)",
+                "gauge, llama-cpp or candle (the Python engines' runs are decoded by `python -m gauge_sampling`)",
             ));
         }
         Ok(())
@@ -172,13 +192,14 @@ impl Stack {
     }
 
     /// Does this stack decide `op` itself? (Under llama-cpp, `normalized` stays on gauge's
-    /// operator.)
+    /// operator; under candle, which has only `apply_repeat_penalty`, everything but ctrl.)
     pub fn decides(self, op: Op) -> bool {
         match self {
             // The Python engines decide every op: their own penalties for ctrl and subtractive,
             // gauge's processor for their stack (`gauge_sampling.hf` / `.vllm` / ...) for
             // normalized.
             Stack::LlamaCpp => matches!(op, Op::Ctrl | Op::Subtractive),
+            Stack::Candle => op == Op::Ctrl,
             _ => true,
         }
     }
@@ -194,9 +215,13 @@ impl Stack {
 
     /// The footnote for [`Stack::op_label`]'s star, if any op of `ops` needs it.
     pub fn footnote(self, ops: &[Op]) -> Option<&'static str> {
-        ops.iter()
-            .any(|&o| !self.decides(o))
-            .then_some("* gauge's operator: llama.cpp has no normalized penalty")
+        let note = match self {
+            Stack::Candle => {
+                "* gauge's operator: candle has no normalized or presence penalty (only `apply_repeat_penalty`)"
+            }
+            _ => "* gauge's operator: llama.cpp has no normalized penalty",
+        };
+        ops.iter().any(|&o| !self.decides(o)).then_some(note)
     }
 }
 
@@ -229,23 +254,25 @@ impl EngineInfo {
 }
 
 /// A Python stack needs its [`EngineInfo`] and takes no penalty window (its penalties see the
-/// whole prompt and output); the Rust stacks have no engine record.
+/// whole prompt and output); candle needs its record and takes a window (its scope is decoded
+/// here); gauge and llama-cpp have no engine record.
 pub(crate) fn check_engine(
     stack: Stack,
     engine: Option<&EngineInfo>,
     window: Option<usize>,
 ) -> Result<(), LabError> {
-    match (stack.is_python(), engine, window) {
+    match (stack.has_engine_record(), engine, window) {
         (true, None, _) => Err(LabError::config(
             "engine",
             "null",
-            "the device, dtype and versions of the Python engine's run",
+            "the device, dtype and versions of the engine's run",
         )),
         (false, Some(e), _) => Err(LabError::config(
             "engine",
             e.describe(),
             "null for the gauge and llama-cpp stacks",
         )),
+        (true, Some(_), Some(_)) if !stack.is_python() => Ok(()),
         (true, Some(_), Some(n)) => Err(LabError::config(
             "window",
             n,
@@ -259,6 +286,80 @@ impl std::fmt::Display for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The engine's own chain of one run (llama-cpp and candle stacks): it holds the run's history
+/// and makes the run's decisions.
+#[derive(Debug)]
+pub(crate) enum EngineChain {
+    Llama(LlamaChain),
+    #[cfg(feature = "candle")]
+    Candle(gauge_engine::candle::CandleChain),
+}
+
+impl EngineChain {
+    pub fn accept_prompt(&mut self, prompt: &[gauge_sampling::TokenId]) {
+        match self {
+            EngineChain::Llama(c) => c.accept_prompt(prompt),
+            #[cfg(feature = "candle")]
+            EngineChain::Candle(c) => c.accept_prompt(prompt),
+        }
+    }
+    pub fn accept(&mut self, token: gauge_sampling::TokenId) {
+        match self {
+            EngineChain::Llama(c) => c.accept(token),
+            #[cfg(feature = "candle")]
+            EngineChain::Candle(c) => c.accept(token),
+        }
+    }
+    pub fn sample_no_accept(&mut self, row: &[f32]) -> Result<gauge_sampling::TokenId, LabError> {
+        match self {
+            EngineChain::Llama(c) => Ok(c.sample_no_accept(row)?),
+            #[cfg(feature = "candle")]
+            EngineChain::Candle(c) => Ok(c.sample_no_accept(row)?),
+        }
+    }
+}
+
+/// The chain of one run of `stack` before any token is accepted (`None` where gauge's operator
+/// decides the run). `window` is the penalty window (`None`: all of the history); `n_ctx` is the
+/// context, llama.cpp's "no window"; `seen_prompt`: the prompt is part of the history.
+pub(crate) fn engine_chain<R>(
+    stack: Stack,
+    spec: &RunSpec<R>,
+    n_vocab: usize,
+    window: Option<usize>,
+    n_ctx: usize,
+) -> Result<Option<EngineChain>, LabError> {
+    match stack {
+        Stack::LlamaCpp => Ok(llama_chain(spec, n_vocab, window.unwrap_or(n_ctx))?.map(EngineChain::Llama)),
+        Stack::Candle => candle_chain(spec, window),
+        _ => Ok(None),
+    }
+}
+
+/// candle's chain of one run: ctrl only (candle has no other penalty).
+#[cfg(feature = "candle")]
+fn candle_chain<R>(spec: &RunSpec<R>, window: Option<usize>) -> Result<Option<EngineChain>, LabError> {
+    if spec.op != Op::Ctrl {
+        return Ok(None);
+    }
+    let scope = gauge_engine::candle::CandleScope {
+        prompt: true,
+        last_n: window,
+    };
+    Ok(Some(EngineChain::Candle(gauge_engine::candle::CandleChain::new(
+        spec.c, spec.theta, scope,
+    )?)))
+}
+
+#[cfg(not(feature = "candle"))]
+fn candle_chain<R>(_spec: &RunSpec<R>, _window: Option<usize>) -> Result<Option<EngineChain>, LabError> {
+    Err(LabError::config(
+        "sampler",
+        Stack::Candle,
+        "gauge or llama-cpp (this build of gauge-lab has no candle: cargo feature `candle`)",
+    ))
 }
 
 /// The llama.cpp driver chain of one run, before any token is accepted (`None` for an op

@@ -35,6 +35,11 @@ pub struct ProbeConfig {
     /// `None`: the note's seen set (prompt + all generated, no window). `Some(n)`: llama.cpp-style
     /// window over the last n tokens of the history.
     pub window: Option<usize>,
+    /// The prompt is part of the seen set (the protocol). `false`: generated tokens only, the
+    /// scope of candle's example (`--engine candle --seen engine`). Left out of the JSON when
+    /// true (run ids as before).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub seen_prompt: bool,
     /// θ of the own-median zero-point flip (the note: 1.3).
     pub zero_point_theta: f32,
     /// Bootstrap resamples for the CI (the note: 10⁴).
@@ -78,6 +83,7 @@ impl Default for ProbeConfig {
             shift: 5.0,
             alpha: 1.0,
             window: None,
+            seen_prompt: true,
             zero_point_theta: 1.3,
             bootstrap_resamples: 10_000,
             bootstrap_seed: 0,
@@ -130,6 +136,13 @@ impl ProbeConfig {
         check_count("bootstrap_resamples", self.bootstrap_resamples, usize::MAX)?;
         check_count("batch_prefixes", self.batch_prefixes, usize::MAX)?;
         check_engine(self.sampler, self.engine.as_ref(), self.window)?;
+        if !self.seen_prompt && self.sampler.is_python() {
+            return Err(LabError::config(
+                "seen_prompt",
+                false,
+                "true for the Python engines (their seen set is `--seen`, recorded in `engine.options`)",
+            ));
+        }
         if !self.zero_point && !self.sampler.is_python() {
             return Err(LabError::config(
                 "zero_point",

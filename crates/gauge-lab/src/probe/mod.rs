@@ -106,6 +106,16 @@ pub fn run_dir(out_root: &Path, cfg: &ProbeConfig) -> PathBuf {
     out_root.join(cfg.run_id())
 }
 
+/// The run's seen set in words (reports).
+pub fn describe_seen(cfg: &ProbeConfig) -> String {
+    match (cfg.window, cfg.seen_prompt) {
+        (None, true) => "prompt + all generated (no window)".to_string(),
+        (Some(n), true) => format!("last {n} tokens (llama.cpp window)"),
+        (None, false) => "all generated tokens, prompt excluded".to_string(),
+        (Some(n), false) => format!("last {n} generated tokens, prompt excluded"),
+    }
+}
+
 /// Run (or resume) the probe. See [`run_probe_with`].
 pub fn run_probe(
     source: &mut dyn LogitSource,
@@ -150,7 +160,10 @@ pub fn run_probe_with(
     crate::run::resume::ensure_same_prompts(dir.lines(), &dir.dir.join("raw.jsonl"), |l| {
         l.prompt == prompts[l.prefix]
     })?;
-    let opts = ctl.decode_options(cfg.tokens, cfg.window, cfg.sampler);
+    let opts = DecodeOptions {
+        seen_prompt: cfg.seen_prompt,
+        ..ctl.decode_options(cfg.tokens, cfg.window, cfg.sampler)
+    };
     let mut runner = ChunkRunner::new(ctl);
 
     // Phase 1: every flip condition plus the zero-point runs, shared per prefix.

@@ -108,6 +108,7 @@ fn matches_note_design(cfg: &ProbeConfig) -> bool {
         && cfg.tokens == 200
         && cfg.shift == 5.0
         && cfg.window.is_none()
+        && cfg.seen_prompt
         && cfg.alpha == 1.0
 }
 
@@ -120,10 +121,7 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
         cfg.prefixes,
         cfg.tokens,
         cfg.shift,
-        match cfg.window {
-            None => "prompt + all generated (no window)".to_string(),
-            Some(n) => format!("last {n} tokens (llama.cpp window)"),
-        }
+        crate::probe::describe_seen(cfg)
     );
     let same = matches_note_design(cfg);
     let _ = writeln!(

@@ -10,16 +10,16 @@
 //! Work accounting: every evaluated token is charged to the run that owns the sequence (the first
 //! run of its group), so per-run counts add up to the source's total and survive resumption.
 //!
-//! Decisions come from gauge's operators or, with [`Stack::LlamaCpp`], from one llama.cpp chain
-//! per run ([`crate::stack`]): a chain holds its run's history, and since runs of a group share
-//! their history, sharing changes nothing there either. What an experiment records beyond the
+//! Decisions come from gauge's operators or, with [`Stack::LlamaCpp`] / [`Stack::Candle`], from
+//! one engine chain per run ([`crate::stack`]): a chain holds its run's history, and since runs of
+//! a group share their history, sharing changes nothing there either. What an experiment records beyond the
 //! tokens (the probe's zero-point facts, delim's per-position facts) and when a run stops (json's
 //! stop strings) is its [`Observer`]'s business: the tree knows neither.
 
 use crate::error::LabError;
 use crate::ops::{apply_row, argmax_first, Op, SeenSet, ShiftEval};
 use crate::run::spec::RunSpec;
-use crate::stack::{llama_chain, LlamaChain, Stack};
+use crate::stack::{engine_chain, EngineChain, Stack};
 use gauge_engine::{LogitSource, SeqId};
 use gauge_grammar::GrammarState;
 use gauge_sampling::TokenId;
@@ -90,8 +90,11 @@ pub(crate) struct DecodeOptions {
     pub sharing: bool,
     /// Use the reference operators on materialised rows instead of the O(|S|) fast path.
     pub naive_ops: bool,
-    /// Who decides: gauge's operators or llama.cpp's chain.
+    /// Who decides: gauge's operators or an engine's chain.
     pub stack: Stack,
+    /// The prompt is part of the seen set (`false`: generated tokens only, as candle's example
+    /// and llama-cpp-python penalize).
+    pub seen_prompt: bool,
 }
 
 struct Group {
@@ -107,8 +110,8 @@ struct Group {
 struct PrefixState {
     groups: Vec<Group>,
     results: Vec<RunResult>,
-    /// One llama.cpp chain per run (llama-cpp stack only).
-    chains: Vec<Option<LlamaChain>>,
+    /// One engine chain per run (llama-cpp and candle stacks only).
+    chains: Vec<Option<EngineChain>>,
 }
 
 /// Reused buffers: a step allocates nothing unless a group splits.
@@ -171,8 +174,10 @@ fn decode_inner<R>(
             chains: Vec::new(),
         };
         let mut seen = SeenSet::new(n_vocab, opts.window);
-        for &t in job.prompt {
-            seen.accept(t);
+        if opts.seen_prompt {
+            for &t in job.prompt {
+                seen.accept(t);
+            }
         }
         let partition: Vec<Vec<usize>> = if opts.sharing {
             vec![(0..job.specs.len()).collect()]
@@ -184,12 +189,12 @@ fn decode_inner<R>(
         let idx = states.len();
         states.push(st);
         let st = &mut states[idx];
-        if opts.stack == Stack::LlamaCpp {
-            // "No window" = a window as long as the context: the ring buffer never drops a token.
-            let last_n = opts.window.unwrap_or(source.n_ctx());
+        if opts.stack.has_chain() {
+            // llama.cpp's "no window" is a window as long as the context: its ring buffer then
+            // never drops a token.
             for spec in job.specs {
-                let mut chain = llama_chain(spec, n_vocab, last_n)?;
-                if let Some(c) = chain.as_mut() {
+                let mut chain = engine_chain(opts.stack, spec, n_vocab, opts.window, source.n_ctx())?;
+                if let Some(c) = chain.as_mut().filter(|_| opts.seen_prompt) {
                     c.accept_prompt(job.prompt);
                 }
                 st.chains.push(chain);
@@ -276,7 +281,7 @@ fn decide<R>(
     source: &dyn LogitSource,
     specs: &[RunSpec<R>],
     g: &mut Group,
-    chains: &mut [Option<LlamaChain>],
+    chains: &mut [Option<EngineChain>],
     opts: DecodeOptions,
     sc: &mut Scratch,
 ) -> Result<(), LabError> {
@@ -312,7 +317,8 @@ fn decide<R>(
         let pen = spec.penalty();
         let naive = opts.naive_ops || !is_fast(spec.op);
         let pick = if let Some(chain) = chains.get_mut(r).and_then(Option::as_mut) {
-            // llama.cpp decides; its chain records the token as `llama_sampler_accept` would.
+            // The engine decides; its chain records the token (llama.cpp: as
+            // `llama_sampler_accept` would).
             let t = chain.sample_no_accept(row)?;
             chain.accept(t);
             Some(t as usize)

@@ -57,6 +57,7 @@ impl RunControl {
             sharing: self.sharing,
             naive_ops: !self.sharing,
             stack,
+            seen_prompt: true,
         }
     }
 }
