@@ -4,7 +4,7 @@
 //! candle runs the GGUF dequantized to float32 (cached; see `gauge_engine::candle`). llama.cpp
 //! loads that same float32 file for the tokenizer (so prompt ids are the other stacks' ids) and,
 //! before the run, for the logits check: the next-token rows of the first A1 prefixes from both
-//! engines (llama.cpp with an f32 KV cache) must agree within `LOGIT_TOLERANCE`, or the run is
+//! engines (llama.cpp with f32 attention: f32 KV cache, no flash attention) must agree within `LOGIT_TOLERANCE`, or the run is
 //! refused. The measured difference goes into the run's engine record.
 
 use anyhow::{bail, Context, Result};
@@ -55,7 +55,13 @@ impl Seen {
 
 /// Load candle and llama.cpp on the float32 weights of `model`, check their logits against each
 /// other and describe the run.
-pub fn open(model: &str, n_ctx: u32, n_seq_max: u32, threads: u32, seen: Seen) -> Result<CandleRun> {
+pub fn open(
+    model: &str,
+    n_ctx: u32,
+    n_seq_max: u32,
+    threads: u32,
+    seen: Seen,
+) -> Result<CandleRun> {
     let registry = Registry::from_env()?;
     let gguf: PathBuf = registry.resolve_model(model)?;
     let t0 = std::time::Instant::now();
@@ -78,11 +84,12 @@ pub fn open(model: &str, n_ctx: u32, n_seq_max: u32, threads: u32, seen: Seen) -
         n_ctx: 512,
         n_seq_max: 1,
         n_threads: crate::run_args::batch_threads(threads),
-        kv_f32: true,
+        f32_attention: true,
         ..Default::default()
     };
     let codec = Arc::new(
-        Model::load(&f32_path, opts).with_context(|| format!("llama.cpp: loading {}", f32_path.display()))?,
+        Model::load(&f32_path, opts)
+            .with_context(|| format!("llama.cpp: loading {}", f32_path.display()))?,
     );
     if codec.n_vocab() != gauge_engine::LogitSource::n_vocab(&source) {
         bail!(
@@ -107,10 +114,13 @@ pub fn open(model: &str, n_ctx: u32, n_seq_max: u32, threads: u32, seen: Seen) -
             candle::LOGIT_TOLERANCE
         );
     }
-    eprintln!("candle: logits vs llama.cpp F32 (f32 KV cache), max abs difference {diff:.2e}");
+    eprintln!("candle: logits vs llama.cpp F32 (f32 KV cache, no flash attention), max abs difference {diff:.2e}");
     let (_, seen_words) = seen.scope();
     let versions = BTreeMap::from([
-        ("candle-core".to_string(), candle::CANDLE_VERSION.to_string()),
+        (
+            "candle-core".to_string(),
+            candle::CANDLE_VERSION.to_string(),
+        ),
         (
             "candle-transformers".to_string(),
             candle::CANDLE_VERSION.to_string(),

@@ -126,7 +126,11 @@ fn open_candle(
     cfg: &mut ProbeConfig,
 ) -> Result<CandleEngine> {
     use crate::candle_engine::Seen;
-    let seen = if engine_seen { Seen::Engine } else { Seen::Protocol };
+    let seen = if engine_seen {
+        Seen::Engine
+    } else {
+        Seen::Protocol
+    };
     seen.apply(cfg);
     let run = crate::candle_engine::open(
         &args.run.model,
@@ -213,7 +217,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         };
         if s == Stack::Candle {
             if args.window.is_some() {
-                bail!("--window: not with --engine candle (its seen set is --seen protocol|engine)");
+                bail!(
+                    "--window: not with --engine candle (its seen set is --seen protocol|engine)"
+                );
             }
             candle = Some(open_candle(args, n_ctx, engine_seen, &mut c)?);
         }

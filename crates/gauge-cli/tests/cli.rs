@@ -253,3 +253,16 @@ fn chain_grammar_file_is_gbnf_or_marked_lark() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The default build has no candle: `--engine candle` says how to get it (`--sampler` is the old
+/// name of `--engine` and still parses).
+#[cfg(not(feature = "candle"))]
+#[test]
+fn engine_candle_without_the_feature_says_how_to_build_it() {
+    for flag in ["--engine", "--sampler"] {
+        let o = gauge(&["probe", flag, "candle", "--prefixes", "1", "--tokens", "1"]);
+        assert!(!o.status.success(), "{flag}");
+        let err = stderr(&o);
+        assert!(err.contains("--features candle"), "{flag}: {err}");
+    }
+}

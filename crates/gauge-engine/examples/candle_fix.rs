@@ -118,9 +118,7 @@ pub fn generate(
         generated.push(next);
         if index + 1 < steps {
             let input = Tensor::new(&[next], &device)?.unsqueeze(0)?;
-            logits = model
-                .forward(&input, prompt.len() + index)?
-                .squeeze(0)?;
+            logits = model.forward(&input, prompt.len() + index)?.squeeze(0)?;
         }
     }
     Ok(generated)
@@ -128,9 +126,7 @@ pub fn generate(
 
 /// A GGUF loaded as a candle program loads it: quantized weights and the GGUF's tokenizer; with
 /// the width of a logit row.
-pub fn load(
-    path: &std::path::Path,
-) -> Result<(ModelWeights, tokenizers::Tokenizer, usize), Error> {
+pub fn load(path: &std::path::Path) -> Result<(ModelWeights, tokenizers::Tokenizer, usize), Error> {
     let mut file = std::fs::File::open(path)?;
     let content = gguf_file::Content::read(&mut file)?;
     let n_vocab = content
@@ -156,8 +152,14 @@ fn main() -> Result<(), Error> {
     let (model, tok, n_vocab) = load(&path)?;
     let ids = tok.encode(prompt.as_str(), true)?.get_ids().to_vec();
     let theta = 1.3;
-    println!("prompt: {prompt:?} ({} tokens), θ = {theta}, window {REPEAT_LAST_N}", ids.len());
-    for (name, mode) in [("candle's apply_repeat_penalty", None), ("gauge normalized", Some("normalized"))] {
+    println!(
+        "prompt: {prompt:?} ({} tokens), θ = {theta}, window {REPEAT_LAST_N}",
+        ids.len()
+    );
+    for (name, mode) in [
+        ("candle's apply_repeat_penalty", None),
+        ("gauge normalized", Some("normalized")),
+    ] {
         for shift in [5.0f32, -5.0] {
             let mut decide = match mode {
                 None => Decide::candle(theta, REPEAT_LAST_N),

@@ -104,10 +104,11 @@ impl LlamaSource {
             .with_n_threads(opts.threads())
             .with_n_threads_batch(opts.threads())
             .with_kv_unified(opts.kv_unified);
-        let params = if opts.kv_f32 {
+        let params = if opts.f32_attention {
             params
                 .with_type_k(KvCacheType::F32)
                 .with_type_v(KvCacheType::F32)
+                .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED)
         } else {
             params
         };

@@ -47,10 +47,12 @@ pub struct ModelOptions {
     /// One KV buffer shared by all sequences: forks then share the prefix cells instead of
     /// copying them, but every sequence attends over the whole buffer. Off by default.
     pub kv_unified: bool,
-    /// Keep the KV cache in f32 instead of llama.cpp's default f16 (which moves a float32
-    /// model's logits by ~0.02): for logit comparisons against other float32 engines.
+    /// Attention entirely in f32: an f32 KV cache instead of llama.cpp's default f16, and no
+    /// flash attention (whose CPU kernel accumulates in f16). Each moves a float32 model's logits
+    /// by ~0.01–0.02 (measured against HF fp32: docs/results.md, Table 3); for logit comparisons
+    /// against other float32 engines.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kv_f32: bool,
+    pub f32_attention: bool,
 }
 
 impl Default for ModelOptions {
@@ -62,7 +64,7 @@ impl Default for ModelOptions {
             n_batch: 512,
             n_gpu_layers: 0,
             kv_unified: false,
-            kv_f32: false,
+            f32_attention: false,
         }
     }
 }

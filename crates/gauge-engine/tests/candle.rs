@@ -38,7 +38,7 @@ fn source(max_seqs: usize) -> CandleSource {
     .expect("candle loads the float32 copy")
 }
 
-/// llama.cpp on the same float32 file, f32 KV cache (the reference and the tokenizer).
+/// llama.cpp on the same float32 file, f32 attention (the reference and the tokenizer).
 fn llama_f32() -> Arc<Model> {
     static M: OnceLock<Arc<Model>> = OnceLock::new();
     M.get_or_init(|| {
@@ -46,7 +46,7 @@ fn llama_f32() -> Arc<Model> {
             n_ctx: 256,
             n_seq_max: 1,
             n_threads: 1,
-            kv_f32: true,
+            f32_attention: true,
             ..Default::default()
         };
         Arc::new(Model::load(f32_path(), opts).expect("llama.cpp loads candle's float32 copy"))
@@ -72,11 +72,14 @@ fn float32_copy_is_all_f32_and_candle_matches_llama_cpp_on_it() {
         candle::ensure_f32_gguf(&common::default_model_path(), reg.cache_dir()).unwrap(),
         path
     );
-    assert_eq!(candle::ensure_f32_gguf(&path, reg.cache_dir()).unwrap(), path);
+    assert_eq!(
+        candle::ensure_f32_gguf(&path, reg.cache_dir()).unwrap(),
+        path
+    );
     let mut c = source(2);
     let mut l = LlamaSource::new(llama_f32()).unwrap();
     let diff = candle::max_abs_row_diff(&mut c, &mut l, &prompts()).unwrap();
-    eprintln!("candle vs llama.cpp F32 (f32 KV): max abs logit difference {diff:.3e}");
+    eprintln!("candle vs llama.cpp F32 (f32 attention): max abs logit difference {diff:.3e}");
     assert!(
         diff <= candle::LOGIT_TOLERANCE,
         "candle and llama.cpp differ by {diff} on the same float32 weights"
@@ -112,7 +115,10 @@ fn a_fork_continues_exactly_as_a_fresh_sequence_with_the_same_history() {
     src.push(b, &[p[2]]).unwrap();
     src.step().unwrap();
     assert_eq!(src.forward_tokens() - forward_before, 2);
-    let (ra, rb) = (src.logits(a).unwrap().to_vec(), src.logits(b).unwrap().to_vec());
+    let (ra, rb) = (
+        src.logits(a).unwrap().to_vec(),
+        src.logits(b).unwrap().to_vec(),
+    );
     assert_ne!(ra, rb);
     // A fresh sequence evaluated the same way (prompt, then one token) gives b's row bit for bit.
     let f = src.new_sequence().unwrap();
@@ -150,9 +156,16 @@ fn bad_input_is_a_typed_error_and_the_source_stays_usable() {
     assert!(matches!(src.logits(a), Err(SourceError::NoLogits(_))));
     assert!(matches!(
         src.push(a, &vec![1; 257]),
-        Err(SourceError::ContextOverflow { needed: 257, n_ctx: 256, .. })
+        Err(SourceError::ContextOverflow {
+            needed: 257,
+            n_ctx: 256,
+            ..
+        })
     ));
-    assert!(matches!(src.push(99, &[1]), Err(SourceError::UnknownSequence(99))));
+    assert!(matches!(
+        src.push(99, &[1]),
+        Err(SourceError::UnknownSequence(99))
+    ));
     let _b = src.new_sequence().unwrap();
     assert!(matches!(
         src.new_sequence(),
@@ -174,7 +187,10 @@ fn bad_input_is_a_typed_error_and_the_source_stays_usable() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("n_ctx") && e.contains("5000") && e.contains("4096"), "{e}");
+    assert!(
+        e.contains("n_ctx") && e.contains("5000") && e.contains("4096"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -189,16 +205,26 @@ fn a_gguf_of_another_architecture_is_refused_by_name() {
     let e = candle::ensure_f32_gguf(&path, dir.path())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("general.architecture") && e.contains("gemma3") && e.contains("llama"), "{e}");
+    assert!(
+        e.contains("general.architecture") && e.contains("gemma3") && e.contains("llama"),
+        "{e}"
+    );
 }
 
 #[test]
 fn candle_version_constant_is_the_linked_one() {
-    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"))
-        .unwrap();
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).unwrap();
     for name in ["candle-core", "candle-transformers"] {
-        let entry = format!("name = \"{name}\"\nversion = \"{}\"", candle::CANDLE_VERSION);
-        assert!(lock.contains(&entry), "{name} {} not in Cargo.lock", candle::CANDLE_VERSION);
+        let entry = format!(
+            "name = \"{name}\"\nversion = \"{}\"",
+            candle::CANDLE_VERSION
+        );
+        assert!(
+            lock.contains(&entry),
+            "{name} {} not in Cargo.lock",
+            candle::CANDLE_VERSION
+        );
     }
 }
 
@@ -235,7 +261,10 @@ mod fix {
                     &mut Decide::gauge("ctrl", THETA, REPEAT_LAST_N, n_vocab).unwrap(),
                     &p,
                 );
-                assert_eq!(ctrl, candle, "ctrl vs candle, shift {shift:+}, prompt {p:?}");
+                assert_eq!(
+                    ctrl, candle,
+                    "ctrl vs candle, shift {shift:+}, prompt {p:?}"
+                );
                 by_shift.push(candle);
             }
             candle_moved += usize::from(by_shift[0] != by_shift[1]);

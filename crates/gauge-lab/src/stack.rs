@@ -332,7 +332,9 @@ pub(crate) fn engine_chain<R>(
     n_ctx: usize,
 ) -> Result<Option<EngineChain>, LabError> {
     match stack {
-        Stack::LlamaCpp => Ok(llama_chain(spec, n_vocab, window.unwrap_or(n_ctx))?.map(EngineChain::Llama)),
+        Stack::LlamaCpp => {
+            Ok(llama_chain(spec, n_vocab, window.unwrap_or(n_ctx))?.map(EngineChain::Llama))
+        }
         Stack::Candle => candle_chain(spec, window),
         _ => Ok(None),
     }
@@ -340,7 +342,10 @@ pub(crate) fn engine_chain<R>(
 
 /// candle's chain of one run: ctrl only (candle has no other penalty).
 #[cfg(feature = "candle")]
-fn candle_chain<R>(spec: &RunSpec<R>, window: Option<usize>) -> Result<Option<EngineChain>, LabError> {
+fn candle_chain<R>(
+    spec: &RunSpec<R>,
+    window: Option<usize>,
+) -> Result<Option<EngineChain>, LabError> {
     if spec.op != Op::Ctrl {
         return Ok(None);
     }
@@ -348,13 +353,16 @@ fn candle_chain<R>(spec: &RunSpec<R>, window: Option<usize>) -> Result<Option<En
         prompt: true,
         last_n: window,
     };
-    Ok(Some(EngineChain::Candle(gauge_engine::candle::CandleChain::new(
-        spec.c, spec.theta, scope,
-    )?)))
+    Ok(Some(EngineChain::Candle(
+        gauge_engine::candle::CandleChain::new(spec.c, spec.theta, scope)?,
+    )))
 }
 
 #[cfg(not(feature = "candle"))]
-fn candle_chain<R>(_spec: &RunSpec<R>, _window: Option<usize>) -> Result<Option<EngineChain>, LabError> {
+fn candle_chain<R>(
+    _spec: &RunSpec<R>,
+    _window: Option<usize>,
+) -> Result<Option<EngineChain>, LabError> {
     Err(LabError::config(
         "sampler",
         Stack::Candle,
@@ -402,8 +410,9 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_default_is_gauge() {
-        for s in [Stack::Gauge, Stack::LlamaCpp] {
+        for s in [Stack::Gauge, Stack::LlamaCpp, Stack::Candle] {
             assert_eq!(Stack::parse(s.name()), Some(s));
+            assert!(s.check_rust_decodable().is_ok());
             let j = serde_json::to_string(&s).unwrap();
             assert_eq!(j, format!("\"{}\"", s.name()));
         }
@@ -434,6 +443,27 @@ mod tests {
                 serde_json::to_string(&s).unwrap(),
                 format!("\"{}\"", s.name())
             );
+        }
+    }
+
+    #[test]
+    fn candle_decides_ctrl_only_and_carries_an_engine_record() {
+        assert!(Stack::Candle.decides(Op::Ctrl));
+        assert!(!Stack::Candle.decides(Op::Normalized) && !Stack::Candle.decides(Op::Subtractive));
+        assert!(Stack::Candle.footnote(&Op::ALL).unwrap().contains("candle"));
+        assert!(Stack::Candle.has_engine_record() && !Stack::Candle.is_python());
+        assert!(check_engine(Stack::Candle, None, None).is_err());
+        #[cfg(not(feature = "candle"))]
+        {
+            let spec = RunSpec {
+                role: (),
+                op: Op::Ctrl,
+                theta: 1.3,
+                c: 5.0,
+                alpha: 1.0,
+            };
+            let e = engine_chain(Stack::Candle, &spec, 16, None, 64).unwrap_err();
+            assert!(e.to_string().contains("candle"), "{e}");
         }
     }
 

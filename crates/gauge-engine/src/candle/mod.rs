@@ -78,7 +78,11 @@ pub fn max_abs_row_diff(
         for (x, y) in ra.iter().zip(&rb) {
             let d = (x - y).abs();
             // NaN compares false: a NaN row is reported as infinitely far.
-            worst = if d.is_nan() { f32::INFINITY } else { worst.max(d) };
+            worst = if d.is_nan() {
+                f32::INFINITY
+            } else {
+                worst.max(d)
+            };
         }
     }
     Ok(worst)

@@ -39,7 +39,6 @@ impl CandleScope {
 }
 
 /// One run's chain: shift → candle's `apply_repeat_penalty` → candle's greedy.
-#[derive(Debug)]
 pub struct CandleChain {
     c: f32,
     penalty: f32,
@@ -47,6 +46,17 @@ pub struct CandleChain {
     context: Vec<u32>,
     greedy: LogitsProcessor,
     shifted: Vec<f32>,
+}
+
+impl std::fmt::Debug for CandleChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandleChain")
+            .field("c", &self.c)
+            .field("penalty", &self.penalty)
+            .field("scope", &self.scope)
+            .field("context_len", &self.context.len())
+            .finish()
+    }
 }
 
 impl CandleChain {
@@ -99,15 +109,18 @@ impl CandleChain {
         self.shifted.clear();
         self.shifted.extend(row.iter().map(|&z| z + self.c));
         let err = |e: candle_core::Error| EngineError::Candle(e.to_string());
-        let logits = Tensor::from_slice(&self.shifted, self.shifted.len(), &Device::Cpu)
-            .map_err(err)?;
+        let logits =
+            Tensor::from_slice(&self.shifted, self.shifted.len(), &Device::Cpu).map_err(err)?;
         let start = self
             .scope
             .last_n
             .map_or(0, |n| self.context.len().saturating_sub(n));
-        let logits =
-            candle_transformers::utils::apply_repeat_penalty(&logits, self.penalty, &self.context[start..])
-                .map_err(err)?;
+        let logits = candle_transformers::utils::apply_repeat_penalty(
+            &logits,
+            self.penalty,
+            &self.context[start..],
+        )
+        .map_err(err)?;
         let t = self.greedy.sample(&logits).map_err(err)?;
         Ok(t as TokenId)
     }

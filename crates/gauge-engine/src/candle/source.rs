@@ -147,7 +147,11 @@ fn backend(e: candle_core::Error) -> SourceError {
 }
 
 /// One forward of `tokens` after `n_past` cached positions; the row after the last token.
-fn forward(model: &mut ModelWeights, tokens: &[TokenId], n_past: usize) -> Result<Vec<f32>, SourceError> {
+fn forward(
+    model: &mut ModelWeights,
+    tokens: &[TokenId],
+    n_past: usize,
+) -> Result<Vec<f32>, SourceError> {
     let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
     let x = Tensor::new(ids.as_slice(), &Device::Cpu)
         .and_then(|t| t.unsqueeze(0))

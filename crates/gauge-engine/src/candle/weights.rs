@@ -143,6 +143,13 @@ pub fn ensure_f32_gguf(src: &Path, cache_dir: &Path) -> Result<PathBuf> {
         use std::io::Write;
         w.flush().map_err(io_err("write", &out))?;
     }
+    // A cache file like the others (tempfile creates it 0600).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))
+            .map_err(io_err("chmod", tmp.path()))?;
+    }
     tmp.persist(&out)
         .map_err(|e| EngineError::Candle(format!("rename into {}: {e}", out.display())))?;
     Ok(out)
@@ -159,7 +166,7 @@ pub(crate) fn load_model(path: &Path) -> Result<(ModelWeights, usize)> {
         .ok_or_else(|| {
             EngineError::Candle(format!("{}: no tensor token_embd.weight", path.display()))
         })?;
-    let model = ModelWeights::from_gguf(ct, &mut reader, &Device::Cpu)
-        .map_err(candle_err("load", path))?;
+    let model =
+        ModelWeights::from_gguf(ct, &mut reader, &Device::Cpu).map_err(candle_err("load", path))?;
     Ok((model, n_vocab))
 }

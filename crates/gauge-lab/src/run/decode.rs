@@ -193,7 +193,8 @@ fn decode_inner<R>(
             // llama.cpp's "no window" is a window as long as the context: its ring buffer then
             // never drops a token.
             for spec in job.specs {
-                let mut chain = engine_chain(opts.stack, spec, n_vocab, opts.window, source.n_ctx())?;
+                let mut chain =
+                    engine_chain(opts.stack, spec, n_vocab, opts.window, source.n_ctx())?;
                 if let Some(c) = chain.as_mut().filter(|_| opts.seen_prompt) {
                     c.accept_prompt(job.prompt);
                 }
