@@ -11,4 +11,7 @@ cd "$(dirname "$0")/.."
 
 scripts/setup-python.sh --if-stale
 cargo test --workspace --release
+# candle (cargo feature `candle`, off in the workspace build): the second Rust engine behind the
+# LogitSource seam and the candle_fix example (crates/gauge-engine/tests/candle.rs).
+cargo test --release -p gauge-engine --features candle --test candle
 .venv/bin/python -m pytest python/tests "$@"
