@@ -100,6 +100,7 @@ pub(crate) const SERVER_FIELDS: &[&str] = &[
     "guided_regex",
     "guided_choice",
     "guided_grammar",
+    LENIENT_FIELD,
     "post_sampling_probs",
     "echo_chain",
     "return_tokens",

@@ -255,6 +255,12 @@ fn lenient_schema_accepts_them_and_reports_what_was_dropped() {
             &completion(json!({"json_schema": schema, "lenient_schema": true})),
         );
         assert_eq!(r.status, 200, "{keyword}: {}", r.body);
+        // Honoured, so not reported as an unknown field (which `--strict` would refuse).
+        let unknown = r.json()["gauge"]["unknown_fields"].clone();
+        assert!(
+            !unknown.to_string().contains("lenient_schema"),
+            "{keyword}: {unknown}"
+        );
         let dropped = r.json()["gauge"]["schema_dropped"].clone();
         let listed = dropped.as_array().map(|a| {
             a.iter().any(|d| {
