@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::OnceLock;
 
 use gauge_sampling::SamplingError;
 
@@ -126,6 +127,21 @@ pub unsafe extern "C" fn gauge_sampler_init_json(
         GaugeSampler::from_json(arg_str("params_json", params_json)?, n_vocab)
     }));
     finish(built, err, err_len)
+}
+
+/// Every request field `gauge_sampler_init_json` knows, as JSON text: gauge's table of fields,
+/// the one its parser reads (`gauge_sampling::fields::catalog`). `"sampling"` holds one object
+/// per field (`name`, `aliases` [{`name`, `from`}], `json` types, `takes`, `gguf`, `read_with`,
+/// `doc`), in the order they are read; `"refused"` the fields refused unless neutral; then
+/// `"constraint"` and `"no_effect"` names. Static: valid for the life of the process, never freed.
+#[no_mangle]
+pub extern "C" fn gauge_request_fields() -> *const c_char {
+    static TEXT: OnceLock<CString> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        // serde_json escapes NUL as \u0000, so the text has none.
+        CString::new(gauge_sampling::fields::catalog().to_string()).unwrap_or_default()
+    })
+    .as_ptr()
 }
 
 /// The message of the last gauge constructor that returned NULL on this thread, or NULL. Valid

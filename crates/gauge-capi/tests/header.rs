@@ -31,6 +31,7 @@ fn header_is_current() {
         "gauge_sampler_init_json",
         "gauge_sampler_error",
         "gauge_last_error",
+        "gauge_request_fields",
         "gauge_llama_sampler_i_size",
     ] {
         assert!(generated.contains(f), "{f} missing from the header");

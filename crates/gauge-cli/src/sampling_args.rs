@@ -172,10 +172,9 @@ fn put(obj: &mut Map<String, Value>, k: &str, v: Value) {
 
 /// Remove every name of the setting `k` names.
 fn clear_setting(obj: &mut Map<String, Value>, k: &str) {
-    let canonical = fields::canonical(k);
-    match fields::ALIASES.iter().find(|n| n[0] == canonical) {
-        Some(names) => names.iter().for_each(|n| {
-            obj.remove(*n);
+    match fields::field(k) {
+        Some(f) => f.names().for_each(|n| {
+            obj.remove(n);
         }),
         None => {
             obj.remove(k);

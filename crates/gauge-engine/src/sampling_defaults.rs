@@ -57,81 +57,62 @@ impl Kind {
     }
 }
 
-/// One key llama.cpp reads: the GGUF key, the request field it sets, and the llama.cpp flag
-/// whose use makes llama.cpp skip it.
+/// One key llama.cpp reads: the GGUF key, and the llama.cpp flag whose use makes llama.cpp skip
+/// it. The request field it sets is the row of gauge's table of fields with this key
+/// ([`fields::Field::gguf`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SamplingKey {
     pub key: &'static str,
-    pub field: &'static str,
     pub flag: &'static str,
     kind: Kind,
 }
 
-const fn k(key: &'static str, field: &'static str, flag: &'static str, kind: Kind) -> SamplingKey {
-    SamplingKey {
-        key,
-        field,
-        flag,
-        kind,
+impl SamplingKey {
+    /// The request field this key gives the default of.
+    pub fn field(&self) -> Option<&'static fields::Field> {
+        fields::by_gguf_key(self.key)
     }
+}
+
+const fn k(key: &'static str, flag: &'static str, kind: Kind) -> SamplingKey {
+    SamplingKey { key, flag, kind }
 }
 
 /// The keys, in the order common.cpp reads them.
 pub const SAMPLING_KEYS: [SamplingKey; 12] = [
-    k(
-        "general.sampling.sequence",
-        "samplers",
-        "--samplers",
-        Kind::Sequence,
-    ),
-    k("general.sampling.top_k", "top_k", "--top-k", Kind::Int),
-    k("general.sampling.top_p", "top_p", "--top-p", Kind::Float),
-    k("general.sampling.min_p", "min_p", "--min-p", Kind::Float),
+    k("general.sampling.sequence", "--samplers", Kind::Sequence),
+    k("general.sampling.top_k", "--top-k", Kind::Int),
+    k("general.sampling.top_p", "--top-p", Kind::Float),
+    k("general.sampling.min_p", "--min-p", Kind::Float),
     k(
         "general.sampling.xtc_probability",
-        "xtc_probability",
         "--xtc-probability",
         Kind::Float,
     ),
     k(
         "general.sampling.xtc_threshold",
-        "xtc_threshold",
         "--xtc-threshold",
         Kind::Float,
     ),
-    k(
-        "general.sampling.temp",
-        "temperature",
-        "--temp",
-        Kind::Float,
-    ),
+    k("general.sampling.temp", "--temp", Kind::Float),
     k(
         "general.sampling.penalty_last_n",
-        "repeat_last_n",
         "--repeat-last-n",
         Kind::Int,
     ),
     k(
         "general.sampling.penalty_repeat",
-        "repeat_penalty",
         "--repeat-penalty",
         Kind::Float,
     ),
-    k(
-        "general.sampling.mirostat",
-        "mirostat",
-        "--mirostat",
-        Kind::Int,
-    ),
+    k("general.sampling.mirostat", "--mirostat", Kind::Int),
     k(
         "general.sampling.mirostat_tau",
-        "mirostat_tau",
         "--mirostat-ent",
         Kind::Float,
     ),
     k(
         "general.sampling.mirostat_eta",
-        "mirostat_eta",
         "--mirostat-lr",
         Kind::Float,
     ),
@@ -311,6 +292,10 @@ impl ModelSamplingDefaults {
     pub fn from_meta(meta: impl Fn(&str) -> Option<String>) -> ModelSamplingDefaults {
         let mut out = ModelSamplingDefaults::default();
         for sk in SAMPLING_KEYS {
+            // Every key has its row (a unit test holds the two lists together).
+            let Some(field) = sk.field().map(|f| f.name) else {
+                continue;
+            };
             let Some(full) = meta(sk.key) else { continue };
             let buf = c_buffer(&full, sk.kind.buf_size());
             // llama.cpp skips a value whose text is empty (`snprintf` returned 0).
@@ -337,7 +322,7 @@ impl ModelSamplingDefaults {
                         ));
                         continue;
                     }
-                    Some(x) if sk.field == "temperature" && x < 0.0 => {
+                    Some(x) if field == "temperature" && x < 0.0 => {
                         out.warnings.push(format!(
                             "{} = {gguf:?} is read as 0 (greedy): llama.cpp samples greedily \
                              at any temperature <= 0",
@@ -365,7 +350,7 @@ impl ModelSamplingDefaults {
                 }
             };
             // gauge's own range check, so a model's value never fails every request.
-            let one = Value::Object(Map::from_iter([(sk.field.to_string(), value.clone())]));
+            let one = Value::Object(Map::from_iter([(field.to_string(), value.clone())]));
             if let Err(e) = SamplingParams::from_value(&one).and_then(|p| p.validate(usize::MAX)) {
                 out.warnings
                     .push(format!("{} = {gguf:?} is ignored: {e}", sk.key));
@@ -373,7 +358,7 @@ impl ModelSamplingDefaults {
             }
             out.defaults.push(ModelDefault {
                 key: sk.key,
-                field: sk.field,
+                field,
                 gguf,
                 value,
             });
@@ -483,6 +468,30 @@ mod tests {
             .map(|(k, v)| (format!("general.sampling.{k}"), v.to_string()))
             .collect();
         ModelSamplingDefaults::from_meta(|k| m.get(k).cloned())
+    }
+
+    /// The keys llama.cpp reads are the table of fields' GGUF keys, each on a field whose JSON
+    /// type is the one llama.cpp parses the key's text as.
+    #[test]
+    fn every_key_is_a_row_of_the_fields_table_and_back() {
+        for sk in SAMPLING_KEYS {
+            let f = sk
+                .field()
+                .unwrap_or_else(|| panic!("{} has no row", sk.key));
+            let json = match sk.kind {
+                Kind::Int => vec![fields::JsonType::Integer],
+                Kind::Float => vec![fields::JsonType::Number],
+                Kind::Sequence => vec![fields::JsonType::Array, fields::JsonType::String],
+            };
+            assert_eq!(f.takes.json, json, "{}", sk.key);
+        }
+        for f in fields::SAMPLING.iter().filter(|f| f.gguf.is_some()) {
+            assert!(
+                SAMPLING_KEYS.iter().any(|sk| Some(sk.key) == f.gguf),
+                "{} has a GGUF key llama.cpp does not read",
+                f.name
+            );
+        }
     }
 
     #[test]

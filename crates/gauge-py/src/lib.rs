@@ -45,11 +45,19 @@ fn parse_params_json(params: &Bound<'_, PyAny>, n_vocab: Option<usize>) -> PyRes
     Ok(parsed.to_value().to_string())
 }
 
+/// Every request field gauge knows, as JSON text: the table `parse_params` and `Chain` read
+/// (`gauge_sampling::fields::catalog`, the text C's `gauge_request_fields()` returns).
+#[pyfunction]
+fn request_fields_json() -> String {
+    gauge_sampling::fields::catalog().to_string()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<chain::PyChain>()?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(parse_params_json, m)?)?;
+    m.add_function(wrap_pyfunction!(request_fields_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     lab::register(m)?;
     Ok(())

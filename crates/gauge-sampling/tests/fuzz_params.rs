@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 /// Every request field name `from_value` reads (aliases included), and the refused ones.
 fn fields() -> Vec<&'static str> {
-    let mut f: Vec<&'static str> = gauge_sampling::fields::SAMPLING_FIELDS.to_vec();
+    let mut f: Vec<&'static str> = gauge_sampling::fields::sampling_names().collect();
     f.extend(gauge_sampling::fields::REFUSED.iter().map(|r| r.name));
     f
 }

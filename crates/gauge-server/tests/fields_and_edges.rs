@@ -2,7 +2,8 @@
 //! `top_logprobs` is honoured or refused (never ignored) on every route, errors name the field
 //! sent, `/explain` treats unknown fields as the other routes do, `prompt` with `messages` is
 //! refused, `/metrics` agrees with `/health` after a cancelled stream, a repeated `Authorization`
-//! header is a 401, and hyper's 414 / 431 answers carry the JSON error body.
+//! header is a 401, hyper's 414 / 431 answers carry the JSON error body, and every sampling field
+//! sent with a wrong type is a 400 naming it.
 
 mod common;
 
@@ -152,6 +153,59 @@ fn negative_logprobs_errors_name_the_field_sent() {
             assert!(!msg.contains("n_probs"), "{msg}");
         }
     }
+}
+
+/// One value of each JSON type (an integer and a fraction for the two kinds of number).
+fn samples() -> [Value; 6] {
+    [
+        json!(true),
+        json!(7),
+        json!(0.5),
+        json!("x"),
+        json!([]),
+        json!({}),
+    ]
+}
+
+/// Issue 22 §2 on the wire: every name of gauge's table of sampling fields (aliases included),
+/// sent with a type the table says it does not take, is a 400 naming it, on the native and both
+/// OpenAI routes and `/explain` (every wrong type on `/completion`, the first elsewhere).
+#[test]
+fn every_sampling_field_with_a_wrong_type_is_a_400_naming_it() {
+    let with = |base: Value, name: &str, v: &Value| {
+        let mut b = base;
+        b[name] = v.clone();
+        b
+    };
+    let chat_base = json!({"messages": [{"role": "user", "content": "Hi"}]});
+    let plain_base = json!({"prompt": "Hi"});
+    let mut sent = 0;
+    for f in gauge_sampling::fields::SAMPLING {
+        let wrong: Vec<Value> = samples()
+            .into_iter()
+            .filter(|v| !f.takes.accepts(v))
+            .collect();
+        for name in f.names() {
+            let mut requests = vec![
+                (
+                    "/v1/chat/completions",
+                    with(chat_base.clone(), name, &wrong[0]),
+                ),
+                ("/v1/completions", with(plain_base.clone(), name, &wrong[0])),
+                ("/explain", with(plain_base.clone(), name, &wrong[0])),
+            ];
+            for v in &wrong {
+                requests.push(("/completion", with(plain_base.clone(), name, v)));
+            }
+            for (path, body) in requests {
+                let r = post(shared(), path, &body);
+                assert!(r.status == 400, "{path} {body}: {} {}", r.status, r.body);
+                assert_error(&r, 400, Some(name));
+                sent += 1;
+            }
+        }
+    }
+    assert!(sent > 200, "only {sent} requests sent");
 }
 
 #[test]

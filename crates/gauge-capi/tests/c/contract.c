@@ -271,6 +271,14 @@ static void test_json_chain(void) {
     llama_sampler_free(s);
 }
 
+// The table of request fields, as JSON text that lives as long as the library.
+static void test_request_fields(void) {
+    const char *fields = gauge_request_fields();
+    CHECK(contains(fields, "\"sampling\":[") && contains(fields, "\"name\":\"repetition_penalty\""),
+          "gauge_request_fields: %.80s", fields ? fields : "(NULL)");
+    CHECK(fields == gauge_request_fields(), "gauge_request_fields is one static text");
+}
+
 int main(void) {
     CHECK(gauge_llama_sampler_i_size() == sizeof(struct llama_sampler_i),
           "llama_sampler_i: libgauge fills %zu bytes, this llama.h has %zu", gauge_llama_sampler_i_size(),
@@ -280,6 +288,7 @@ int main(void) {
     test_normalized_full_row();
     test_truncated_array();
     test_json_chain();
+    test_request_fields();
     printf("contract: %d passed, %d failed\n", n_checks - n_failed, n_failed);
     return n_failed == 0 ? 0 : 1;
 }

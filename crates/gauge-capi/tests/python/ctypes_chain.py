@@ -9,6 +9,7 @@ Prints "python-ctypes: N passed, M failed" and exits non-zero on any failure.
 """
 
 import ctypes
+import json
 import math
 import sys
 from ctypes import (
@@ -76,7 +77,43 @@ def load(libllama_path, libgauge_path):
     gauge.gauge_sampler_error.argtypes = [c_void_p]
     gauge.gauge_sampler_error.restype = c_char_p
     gauge.gauge_llama_sampler_i_size.restype = c_size_t
+    gauge.gauge_request_fields.restype = c_char_p
+    gauge.gauge_sampler_init_json.argtypes = [c_char_p, c_int32, c_char_p, c_size_t]
+    gauge.gauge_sampler_init_json.restype = c_void_p
     return llama, gauge
+
+
+#: One value of each JSON type, and the catalog's types that accept it ("number" takes integers).
+SAMPLES = [
+    (True, {"bool"}),
+    (7, {"integer", "number"}),
+    (0.5, {"number"}),
+    ("x", {"string"}),
+    ([], {"array"}),
+    ({}, {"object"}),
+]
+
+
+def wrong_types_are_refused_by_name(gauge, check):
+    """Every name of the table gauge_request_fields() lists, sent to gauge_sampler_init_json with
+    a value of a type the table says it does not take: NULL, and the message names it."""
+    catalog = json.loads(gauge.gauge_request_fields())
+    n = 0
+    for field in catalog["sampling"]:
+        names = [field["name"]] + [a["name"] for a in field["aliases"]]
+        for name in names:
+            for value, types in SAMPLES:
+                if types & set(field["json"]):
+                    continue
+                err = ctypes.create_string_buffer(512)
+                body = json.dumps({name: value}).encode()
+                smpl = gauge.gauge_sampler_init_json(body, N_VOCAB, err, len(err))
+                check(
+                    not smpl and f"`{name}`".encode() in err.value,
+                    f"{body!r}: {err.value!r}",
+                )
+                n += 1
+    check(n > 100, f"only {n} wrong-typed fields sent")
 
 
 def logits(shift):
@@ -159,6 +196,8 @@ def main(libllama_path, libgauge_path):
         b"mode" in (gauge.gauge_last_error() or b""),
         "bad mode: message names the field",
     )
+
+    wrong_types_are_refused_by_name(gauge, check)
 
     failed = results.count(False)
     print(f"python-ctypes: {len(results) - failed} passed, {failed} failed")
