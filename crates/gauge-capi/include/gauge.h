@@ -59,6 +59,13 @@ struct llama_sampler *gauge_sampler_init_json(const char *params_json,
                                               char *err,
                                               size_t err_len);
 
+// Every request field `gauge_sampler_init_json` knows, as JSON text: gauge's table of fields,
+// the one its parser reads (`gauge_sampling::fields::catalog`). `"sampling"` holds one object
+// per field (`name`, `aliases` [{`name`, `from`}], `json` types, `takes`, `gguf`, `read_with`,
+// `doc`), in the order they are read; `"refused"` the fields refused unless neutral; then
+// `"constraint"` and `"no_effect"` names. Static: valid for the life of the process, never freed.
+const char *gauge_request_fields(void);
+
 // The message of the last gauge constructor that returned NULL on this thread, or NULL. Valid
 // until the next failing constructor call on the same thread.
 const char *gauge_last_error(void);

@@ -133,7 +133,9 @@ pub fn build_c_file(source: &Path, out: &Path, kind: GaugeLib) {
         GaugeLib::Shared => {
             let dir = gauge.parent().expect("lib dir");
             cmd.arg("-L").arg(dir).arg("-lgauge");
-            cmd.arg(format!("-Wl,-rpath,{}", dir.display()));
+            // DT_RPATH, not DT_RUNPATH: `cargo test` puts target/<profile> on LD_LIBRARY_PATH,
+            // which outranks a RUNPATH, and the libgauge.so there may be an older build.
+            cmd.arg(format!("-Wl,--disable-new-dtags,-rpath,{}", dir.display()));
         }
         GaugeLib::Static => {
             cmd.arg(&gauge);
