@@ -199,20 +199,34 @@ async fn explain_inner(st: Arc<AppState>, body: Body) -> Result<Response, ApiErr
     } else {
         Endpoint::Native
     };
-    let asked = ["n_predict", "max_tokens", "max_completion_tokens"]
-        .iter()
-        .find_map(|f| value.get(*f).and_then(Value::as_i64).map(|n| (*f, n)));
+    // The length under any of its names (the table's), capped; absent or negative: the route's
+    // default. A value that is not a number is left for `prepare` to refuse by the name sent.
+    let length_names = || {
+        gauge_sampling::fields::field("n_predict")
+            .into_iter()
+            .flat_map(|f| f.names())
+    };
+    let asked = length_names().find_map(|f| {
+        value
+            .get(f)
+            .filter(|v| !v.is_null())
+            .map(|v| (f, v.as_f64(), v.clone()))
+    });
     match asked {
-        Some((f, n)) if n > MAX_EXPLAIN_TOKENS as i64 => {
+        Some((f, Some(n), v)) if n > MAX_EXPLAIN_TOKENS as f64 => {
             return Err(ApiError::field(
                 f,
-                n,
+                v,
                 &format!("0..={MAX_EXPLAIN_TOKENS} for /explain (every step is recorded)"),
             ))
         }
-        Some((_, n)) if n >= 0 => {}
+        Some((_, Some(n), _)) if n >= 0.0 => {}
+        Some((_, None, _)) => {}
         _ => {
             if let Some(o) = value.as_object_mut() {
+                for f in length_names() {
+                    o.remove(f);
+                }
                 o.insert("n_predict".into(), json!(DEFAULT_EXPLAIN_TOKENS));
             }
         }

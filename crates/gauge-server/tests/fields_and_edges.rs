@@ -199,7 +199,8 @@ fn every_sampling_field_with_a_wrong_type_is_a_400_naming_it() {
             }
             for (path, body) in requests {
                 let r = post(shared(), path, &body);
-                assert!(r.status == 400, "{path} {body}: {} {}", r.status, r.body);
+                let head: String = r.body.chars().take(300).collect();
+                assert!(r.status == 400, "{path} {body}: {} {head}", r.status);
                 assert_error(&r, 400, Some(name));
                 sent += 1;
             }
