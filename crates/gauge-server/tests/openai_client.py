@@ -40,7 +40,11 @@ check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens,
 
 # legacy completion with logprobs
 r = client.completions.create(
-    model=model, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2,
+    model=model,
+    prompt="The capital of France is",
+    max_tokens=4,
+    temperature=0,
+    logprobs=2,
     extra_body={"ignore_eos": True},
 )
 lp = r.choices[0].logprobs
@@ -52,8 +56,12 @@ check(r.usage.completion_tokens == 4, f"completion usage: {r.usage}")
 # streaming chat, with the usage chunk
 pieces, finish, usage = [], None, None
 stream = client.chat.completions.create(
-    model=model, messages=messages, max_tokens=10, stream=True,
-    stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    model=model,
+    messages=messages,
+    max_tokens=10,
+    stream=True,
+    stream_options={"include_usage": True},
+    extra_body={"ignore_eos": True},
 )
 for chunk in stream:
     if chunk.usage is not None:
@@ -71,7 +79,11 @@ check(usage is not None and usage.completion_tokens == 10, f"stream usage: {usag
 text = "".join(
     ch.choices[0].text
     for ch in client.completions.create(
-        model=model, prompt="Once upon a time", max_tokens=5, stream=True, temperature=0,
+        model=model,
+        prompt="Once upon a time",
+        max_tokens=5,
+        stream=True,
+        temperature=0,
     )
     if ch.choices
 )
@@ -79,7 +91,11 @@ check(isinstance(text, str) and len(text) > 0, f"completion stream text {text!r}
 
 # chat logprobs
 r = client.chat.completions.create(
-    model=model, messages=messages, max_tokens=3, logprobs=True, top_logprobs=3,
+    model=model,
+    messages=messages,
+    max_tokens=3,
+    logprobs=True,
+    top_logprobs=3,
 )
 content = r.choices[0].logprobs.content
 check(len(content) == r.usage.completion_tokens, "one logprob entry per token")
@@ -91,7 +107,10 @@ for t in content:
 
 # a per-request normalized repeat penalty, echoed back
 r = client.chat.completions.create(
-    model=model, messages=messages, max_tokens=8, seed=7,
+    model=model,
+    messages=messages,
+    max_tokens=8,
+    seed=7,
     extra_body={"repeat_penalty": 1.5, "repeat_penalty_mode": "normalized", "echo_chain": True},
 )
 g = r.model_extra["gauge"]
@@ -110,7 +129,9 @@ except openai.BadRequestError as e:
 
 try:
     client.chat.completions.create(
-        model=model, messages=messages, max_tokens=4,
+        model=model,
+        messages=messages,
+        max_tokens=4,
         extra_body={"repeat_penalty_mode": "sideways"},
     )
     check(False, "repeat_penalty_mode = sideways was accepted")
@@ -136,8 +157,11 @@ weather = {
 }
 named = {"type": "function", "function": {"name": "get_weather"}}
 r = client.chat.completions.create(
-    model=model, messages=[{"role": "user", "content": "Weather in Lisbon?"}],
-    tools=[weather], tool_choice=named, seed=5,
+    model=model,
+    messages=[{"role": "user", "content": "Weather in Lisbon?"}],
+    tools=[weather],
+    tool_choice=named,
+    seed=5,
 )
 c = r.choices[0]
 check(c.finish_reason == "tool_calls", f"tool finish_reason: {c.finish_reason}")
@@ -150,8 +174,13 @@ check(set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit"
 
 parts, name, finish = [], None, None
 for chunk in client.chat.completions.create(
-    model=model, messages=[{"role": "user", "content": "Weather in Lisbon?"}],
-    tools=[weather], tool_choice="required", parallel_tool_calls=False, seed=5, stream=True,
+    model=model,
+    messages=[{"role": "user", "content": "Weather in Lisbon?"}],
+    tools=[weather],
+    tool_choice="required",
+    parallel_tool_calls=False,
+    seed=5,
+    stream=True,
 ):
     for ch in chunk.choices:
         for t in ch.delta.tool_calls or []:
@@ -166,7 +195,11 @@ check(set(args) == {"city", "unit"}, f"streamed arguments: {args}")
 
 try:
     client.chat.completions.create(
-        model=model, messages=messages, tools=[weather], tool_choice="auto", max_tokens=4,
+        model=model,
+        messages=messages,
+        tools=[weather],
+        tool_choice="auto",
+        max_tokens=4,
     )
     check(False, "tool_choice = auto was accepted")
 except openai.BadRequestError as e:

@@ -155,28 +155,20 @@ def main(libllama_path, libgauge_path):
     )
 
     theta = 3.0
-    seen = [
-        max(range(N_VOCAB), key=lambda i: logits(0.0)[i])
-    ]  # the top token has been seen
+    seen = [max(range(N_VOCAB), key=lambda i: logits(0.0)[i])]  # the top token has been seen
     want = normalized_argmax(logits(0.0), seen, theta)
     check(want != seen[0], "the penalty should move the choice in this case")
     for shift in (5.0, -5.0):
-        pen = gauge.gauge_sampler_init_penalties(
-            N_VOCAB, -1, theta, 0.0, 0.0, b"normalized"
-        )
+        pen = gauge.gauge_sampler_init_penalties(N_VOCAB, -1, theta, 0.0, 0.0, b"normalized")
         check(bool(pen), f"constructor: {gauge.gauge_last_error()}")
-        chain, token = run_chain(
-            llama, [pen, llama.llama_sampler_init_greedy()], logits(shift), seen
-        )
+        chain, token = run_chain(llama, [pen, llama.llama_sampler_init_greedy()], logits(shift), seen)
         check(token == want, f"normalized at shift {shift}: token {token}, want {want}")
         check(llama.llama_sampler_name(pen) == b"gauge-penalties-normalized", "name")
         check(gauge.gauge_sampler_error(pen) is None, "no error on the full row")
         llama.llama_sampler_free(chain)
 
     # A top-k before the normalized penalty: skipped and reported.
-    pen = gauge.gauge_sampler_init_penalties(
-        N_VOCAB, 64, theta, 0.0, 0.0, b"normalized"
-    )
+    pen = gauge.gauge_sampler_init_penalties(N_VOCAB, 64, theta, 0.0, 0.0, b"normalized")
     chain, token = run_chain(
         llama,
         [llama.llama_sampler_init_top_k(5), pen, llama.llama_sampler_init_greedy()],
