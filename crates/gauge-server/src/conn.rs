@@ -11,7 +11,7 @@
 //!   for `keep_alive_timeout` is closed (a new connection that never speaks, or a kept-alive one
 //!   that goes quiet).
 //! - **Body timeout**: the generation handlers read the body under `body_timeout` (408 beyond;
-//!   see `api::read_body`).
+//!   see `api::body::read_body`).
 //! - **Connection limit**: at most `max_connections` open at once, kept below the process's
 //!   file-descriptor limit. At the limit, a new connection evicts the connection idle the longest
 //!   (nginx does the same with its keep-alive connections), so idle sockets can never lock out
