@@ -93,35 +93,11 @@ class HfEngine:
         """A2: every run of ``plan`` from every prompt under ``gauge json``'s stop rule (see
         ``jsonrun``); the runs of a schema share its prefill and their sequence until they
         diverge, and leave the batch independently."""
-        from .engine import JsonOut
-        from .jsonrun import STOP_STRINGS, eog_ids, generated_text
+        from .jsonrun import eog_ids
+        from .tree_decode import decode_json
 
-        tok = self.tokenizer
-        eog = eog_ids(tok, getattr(self.model, "generation_config", None))
-        ended: dict[tuple[int, int], bool] = {}
-
-        def stop(job: int, run: int, tokens: list[int]) -> bool:
-            if tokens[-1] in eog:
-                ended[(job, run)] = True
-                return True
-            text = generated_text(tok, tokens[-4:])
-            if not any(s[0] in text for s in STOP_STRINGS):
-                return False  # cheap pre-check: no character a stop string starts with
-            return any(s in generated_text(tok, tokens) for s in STOP_STRINGS)
-
-        outs = self.decode(prompts, plan, max_tokens, stop=stop)
-        return [
-            [
-                JsonOut(
-                    tokens=o.tokens,
-                    output=generated_text(tok, o.tokens),
-                    eog=ended.get((j, r), False),
-                    forward_tokens=o.forward_tokens,
-                )
-                for r, o in enumerate(per_run)
-            ]
-            for j, per_run in enumerate(outs)
-        ]
+        eog = eog_ids(self.tokenizer, getattr(self.model, "generation_config", None))
+        return decode_json(self, prompts, plan, max_tokens, eog)
 
     def _proc(self, op: str, theta: float, alpha: float):
         key = (op, theta, alpha)

@@ -89,9 +89,9 @@ def decode_prompt(
 
 
 def decode_json(engine, prompts: list[list[int]], plan: list[dict], max_tokens: int, eog: set[int]):
-    """A2 for an engine whose ``decode`` takes ``stop(job, run, tokens)``: ``gauge json``'s stop
-    rule (an end-of-generation id of ``eog``, or a stop string in the generated text), as the
-    hf engine applies it."""
+    """A2 for an engine whose ``decode`` takes ``stop(job, run, tokens)`` (the hf engine and the
+    tree-decoding ones): ``gauge json``'s stop rule, an end-of-generation id of ``eog`` or a stop
+    string in the generated text."""
     from .engine import JsonOut
     from .jsonrun import STOP_STRINGS, generated_text
 
