@@ -32,7 +32,7 @@ use llama_cpp_2::DecodeError;
 use crate::batch::{plan_sequence, PlanEntry};
 use crate::error::{EngineError, Result};
 use crate::model::{Model, ModelOptions};
-use crate::source::{LogitSource, SeqId, SourceError};
+use crate::source::{check_push, LogitSource, SeqId, SourceError};
 
 struct Slot {
     handle: Option<SeqId>,
@@ -270,24 +270,14 @@ impl LogitSource for LlamaSource {
 
     fn push(&mut self, seq: SeqId, tokens: &[TokenId]) -> std::result::Result<(), SourceError> {
         let i = self.slot(seq)?;
-        if let Some(&bad) = tokens
-            .iter()
-            .find(|&&t| t < 0 || t as usize >= self.n_vocab)
-        {
-            return Err(SourceError::TokenOutOfRange {
-                token: bad,
-                n_vocab: self.n_vocab,
-            });
-        }
         let s = &mut self.slots[i];
-        let needed = s.n_past + s.pending.len() + tokens.len();
-        if needed > self.n_ctx {
-            return Err(SourceError::ContextOverflow {
-                seq,
-                needed,
-                n_ctx: self.n_ctx,
-            });
-        }
+        check_push(
+            seq,
+            tokens,
+            self.n_vocab,
+            s.n_past + s.pending.len(),
+            self.n_ctx,
+        )?;
         s.pending.extend_from_slice(tokens);
         if !tokens.is_empty() {
             s.has_logits = false;

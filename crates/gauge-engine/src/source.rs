@@ -62,3 +62,22 @@ pub trait LogitSource {
     /// Tokens evaluated so far (prefill + decode), for work accounting.
     fn forward_tokens(&self) -> u64;
 }
+
+/// What every source checks before queueing `tokens` on `seq`: each id is in the vocabulary, and
+/// the sequence (`queued` = its evaluated plus pending tokens) still fits the context.
+pub(crate) fn check_push(
+    seq: SeqId,
+    tokens: &[TokenId],
+    n_vocab: usize,
+    queued: usize,
+    n_ctx: usize,
+) -> Result<(), SourceError> {
+    if let Some(&token) = tokens.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+        return Err(SourceError::TokenOutOfRange { token, n_vocab });
+    }
+    let needed = queued + tokens.len();
+    if needed > n_ctx {
+        return Err(SourceError::ContextOverflow { seq, needed, n_ctx });
+    }
+    Ok(())
+}

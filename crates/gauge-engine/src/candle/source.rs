@@ -19,7 +19,7 @@ use gauge_sampling::TokenId;
 
 use super::weights::{load_model, CandleWeights};
 use crate::error::{EngineError, Result};
-use crate::source::{LogitSource, SeqId, SourceError};
+use crate::source::{check_push, LogitSource, SeqId, SourceError};
 
 struct Seq {
     handle: SeqId,
@@ -210,24 +210,14 @@ impl LogitSource for CandleSource {
 
     fn push(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<(), SourceError> {
         let i = self.index(seq)?;
-        if let Some(&t) = tokens
-            .iter()
-            .find(|&&t| t < 0 || t as usize >= self.n_vocab)
-        {
-            return Err(SourceError::TokenOutOfRange {
-                token: t,
-                n_vocab: self.n_vocab,
-            });
-        }
         let s = &mut self.seqs[i];
-        let needed = s.n_past + s.pending.len() + tokens.len();
-        if needed > self.n_ctx {
-            return Err(SourceError::ContextOverflow {
-                seq,
-                needed,
-                n_ctx: self.n_ctx,
-            });
-        }
+        check_push(
+            seq,
+            tokens,
+            self.n_vocab,
+            s.n_past + s.pending.len(),
+            self.n_ctx,
+        )?;
         s.pending.extend_from_slice(tokens);
         if !tokens.is_empty() {
             s.has_logits = false;
