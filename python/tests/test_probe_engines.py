@@ -100,17 +100,21 @@ def test_hf_writes_gauge_labs_outputs_and_resumes(hf_run, out_root):
     assert (d / "raw.jsonl").read_bytes() == before, "a complete run decodes nothing again"
 
 
-def test_vllm_reproduces_the_float32_reference(vllm_run):
+def test_vllm_reproduces_the_float32_reference(vllm_run, out_root):
     summary, _ = vllm_run
     assert summary["sampler"] == "vllm"
     check_reference(summary, TOL["vllm_ctrl_flip"])
+    # The logits check ran (vLLM's raw rows against HF float32) and is in the run record.
+    cfg = json.loads((run_dir_of(out_root, "vllm") / "config.json").read_text())
+    assert float(cfg["engine"]["options"]["logits_vs_hf_max_abs"]) <= 1e-3, cfg["engine"]
 
 
 def test_the_second_stacks_report_has_the_cross_stack_table(vllm_run, out_root):
     report = (run_dir_of(out_root, "vllm") / "REPORT.md").read_text()
     assert "## Cross-stack" in report, report[-2000:]
     assert "| hf (cpu, float32, attention=gauge_grouped_sdpa) |" in report, report[-2000:]
-    assert "vllm (cpu, float32, tensor_parallel_size=1) (this run)" in report
+    assert "vllm (cpu, float32, logits_vs_hf_max_abs=" in report, report[-2000:]
+    assert "tensor_parallel_size=1) (this run)" in report, report[-2000:]
 
 
 def test_bad_flags_name_the_field(tmp_path):

@@ -4,7 +4,7 @@ tied head, a norm epsilon) silently computes another model, and every flip count
 be meaningless; so the engine's next-token row after each of a few prompts must match HF's within
 ``TOLERANCE`` (absolute, in logit units), or the run is refused.
 
-The one check of every engine with raw logits (llama-cpp-python, mlx, ort-genai: each gives a
+The one check of every engine with raw logits (llama-cpp-python, mlx, ort-genai, vllm: each gives a
 ``next_row(prompt)``); hf is the reference itself, and the openai engine has no logits."""
 
 from __future__ import annotations

@@ -95,6 +95,9 @@ def _processor_class():
             rows = sorted(i for i in self.rows if i < logits.shape[0])
             for i in rows:
                 probe, prompt, out = self.rows[i]
+                if probe.get("dump") and not out:
+                    # The logits check (``VllmEngine.next_row``): the raw first row, before the shift.
+                    torch.save(logits[i].detach().float().cpu().clone(), probe["dump"])
                 if probe.get("record"):
                     row = logits[i]
                     seen = torch.tensor(sorted(set(prompt) | set(out)), dtype=torch.long, device=dev)
@@ -187,6 +190,24 @@ class VllmEngine:
 
     def close(self) -> None:
         self._tmp.cleanup()
+
+    def next_row(self, prompt: list[int]):
+        """vLLM's raw next-token logits after ``prompt`` (as its sampler receives them, before any
+        processor or penalty), for the logits check against HF."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        path = str(Path(self._tmp.name) / f"row-{len(prompt)}-{abs(hash(tuple(prompt)))}.pt")
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=1,
+            detokenize=False,
+            extra_args={"gauge_probe": {"c": 0.0, "key": "row", "dump": path}},
+        )
+        self.llm.generate([TokensPrompt(prompt_token_ids=list(prompt))], [params], use_tqdm=False)
+        row = torch.load(path).numpy()
+        os.remove(path)
+        return row
 
     def _params(self, spec: dict, tokens: int, key: str, record: Optional[str]):
         from vllm import SamplingParams
@@ -317,5 +338,13 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     """vLLM's ``LLM`` on the model's HF folder (a GGUF through its cached float32 conversion)."""
     from . import models
 
-    eng = VllmEngine(models.hf_folder(ref), dtype, device, args.tensor_parallel_size, max_model_len)
+    folder = models.hf_folder(ref)
+    eng = VllmEngine(folder, dtype, device, args.tensor_parallel_size, max_model_len)
+    if dtype == "float32":
+        from . import logits_check
+
+        prompts = logits_check.check_prompts(eng.tokenizer)
+        logits_check.record(info, logits_check.check_engine_logits("vllm", folder, prompts, eng.next_row))
+    else:
+        info["options"]["logits_vs_hf_max_abs"] = f"not checked ({dtype}: the tolerance is float32's)"
     return Loaded(eng, eng.tokenizer, eng.n_vocab)
