@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-python.sh --if-stale
-cargo test --workspace --release
-# candle (cargo feature `candle`, off in the workspace build): the second Rust engine behind the
-# LogitSource seam and the candle_fix example (crates/gauge-engine/tests/candle.rs).
-cargo test --release -p gauge-engine --features candle --test candle
+# With candle (cargo feature, off in a plain build): the second Rust engine behind the LogitSource
+# seam, its grid check and the candle_fix example (crates/gauge-engine/tests/candle.rs,
+# crates/gauge-cli/tests/candle_probe.rs). One build for every test: a separate candle build
+# would compile most of the tree again (tokenizers changes features of shared crates).
+cargo test --workspace --release --features gauge-cli/candle
 .venv/bin/python -m pytest python/tests "$@"

@@ -245,6 +245,10 @@ fn print_decode(rows: &[DecodeRow], model: &str, opts: &DecodeBenchOptions) {
     }
     println!();
     println!(
+        "llama.cpp built for: {}",
+        gauge_engine::llama_cpp_cpu_features()
+    );
+    println!(
         "{model}, default chain (seed 42 + sequence index), {} decode steps per run, median of {} runs per \
          sampler (alternating). µs = sampler time per token; share = % of the decode loop spent sampling \
          (gauge's overhead on top of the model); t/s diff = gauge t/s vs llama.cpp t/s.",

@@ -106,8 +106,8 @@ fn parse_seen(name: &str, stacks: &[Stack]) -> Result<bool> {
 /// Every stack runs the same plan (llama.cpp's logits depend on what else is in the batch, so
 /// only identical plans give comparable rows); say once where llama-cpp leaves an op to gauge.
 pub fn note_gauge_decided(stack: Stack, ops: &[Op]) {
-    if stack.footnote(ops).is_some() {
-        eprintln!("note ({stack}): normalized runs on gauge's operator (llama.cpp has none)");
+    if let Some(note) = stack.footnote(ops) {
+        eprintln!("note ({stack}): {}", note.trim_start_matches("* "));
     }
 }
 
@@ -222,6 +222,8 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
                 );
             }
             candle = Some(open_candle(args, n_ctx, engine_seen, &mut c)?);
+        } else {
+            c.llama_cpp_cpu = Some(gauge_engine::llama_cpp_cpu_features().to_string());
         }
         c.validate()?;
         c.fit_batch(args.n_seq_max as usize);

@@ -204,6 +204,25 @@ fn tiny_probe_passes_the_gate_and_prints_the_summary_shape() {
         "1",
     ]);
     assert_eq!(stdout(&again), stdout(&o));
+    // The run record and the report name the llama.cpp build that computed the logits (issue
+    // 23 §5): its CPU features as llama.cpp reports them, at least ggml's x86_64 / aarch64 floor.
+    let run = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+    let cpu = cfg["llama_cpp_cpu"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{cfg}"));
+    assert!(cpu.split(' ').any(|f| f == "SSE3" || f == "NEON"), "{cpu}");
+    let report = std::fs::read_to_string(run.join("REPORT.md")).unwrap();
+    assert!(
+        report.contains(&format!("CPU features `{cpu}`")),
+        "{report}"
+    );
 }
 
 #[test]

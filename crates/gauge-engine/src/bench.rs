@@ -619,6 +619,10 @@ pub struct DecodeRow {
     pub llama_cpp_overhead_pct: f64,
     /// `gauge_tps / llama_cpp_tps - 1`, in % (positive: the loop is faster with gauge).
     pub gauge_vs_llama_cpp_pct: f64,
+    /// The CPU features llama.cpp was built for ([`crate::llama_cpp_cpu_features`]): the forward
+    /// pass, and so both t/s columns, follow them.
+    #[serde(default)]
+    pub llama_cpp_cpu: String,
 }
 
 #[derive(Clone, Copy)]
@@ -766,6 +770,7 @@ pub fn run_decode_bench(model: &Arc<Model>, opts: &DecodeBenchOptions) -> Result
             gauge_overhead_pct: median(&mut gp),
             llama_cpp_overhead_pct: median(&mut lp),
             gauge_vs_llama_cpp_pct: 100.0 * (gauge_tps / llama_cpp_tps - 1.0),
+            llama_cpp_cpu: crate::llama_cpp_cpu_features().to_string(),
         });
     }
     bar.finish_and_clear();

@@ -67,6 +67,8 @@ pub mod error;
 #[cfg(feature = "llama")]
 pub mod generate;
 #[cfg(feature = "llama")]
+pub mod llama_build;
+#[cfg(feature = "llama")]
 pub mod llama_sampler;
 #[cfg(feature = "llama")]
 pub mod llama_source;
@@ -93,6 +95,8 @@ pub const GPU_BACKEND: Option<&str> = if cfg!(feature = "cuda") {
 };
 #[cfg(feature = "llama")]
 pub use generate::{generate, GenerateRequest, Generation, Generator, StopReason, Timings};
+#[cfg(feature = "llama")]
+pub use llama_build::llama_cpp_cpu_features;
 #[cfg(feature = "llama")]
 pub use llama_source::LlamaSource;
 #[cfg(feature = "llama")]

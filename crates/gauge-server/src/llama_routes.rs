@@ -188,6 +188,8 @@ pub(crate) async fn props(State(st): State<Arc<AppState>>) -> Json<Value> {
             "model_sampling_defaults": uses,
             "notes": model_defaults.penalty_note(&st.cfg.model).into_iter().collect::<Vec<_>>(),
             "warnings": model_defaults.warnings,
+            // The CPU features llama.cpp was built for: its kernels, and so near-ties, follow them.
+            "llama_cpp_cpu": gauge_engine::llama_cpp_cpu_features(),
         },
     }))
 }

@@ -238,6 +238,12 @@ fn props_report_the_servers_settings() {
     assert!(p["model_path"].as_str().unwrap().ends_with(".gguf"), "{p}");
     assert_eq!(p["eos_token"], "<|im_end|>");
     assert_eq!(p["gpu_backend"], Value::Null);
+    // The llama.cpp build's CPU features, as llama.cpp reports them (issue 23 §5).
+    let cpu = p["gauge"]["llama_cpp_cpu"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{p}"));
+    assert_eq!(cpu, gauge_engine::llama_cpp_cpu_features());
+    assert!(cpu.split(' ').any(|f| f == "SSE3" || f == "NEON"), "{cpu}");
 }
 
 /// `name value` lines of a Prometheus text body, with HELP and TYPE lines checked.

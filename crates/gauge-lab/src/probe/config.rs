@@ -62,6 +62,12 @@ pub struct ProbeConfig {
     /// those runs out and the report says why. Left out of the JSON when true (run ids as before).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub zero_point: bool,
+    /// The CPU features of the llama.cpp build that computed the logits (gauge and llama-cpp
+    /// stacks: `gauge_engine::llama_cpp_cpu_features`). ggml's kernels follow the build (an AVX2
+    /// and an AVX-512 Q4_1 dot product sum in another order), so another build starts another
+    /// run instead of resuming this one. Absent where the logits are another engine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llama_cpp_cpu: Option<String>,
 }
 
 fn yes() -> bool {
@@ -91,6 +97,7 @@ impl Default for ProbeConfig {
             sampler: Stack::Gauge,
             engine: None,
             zero_point: true,
+            llama_cpp_cpu: None,
         }
     }
 }
@@ -202,6 +209,7 @@ impl ProbeConfig {
             sampler: Stack::Gauge,
             engine: None,
             zero_point: true,
+            llama_cpp_cpu: None,
             ..c.clone()
         };
         strip(self) == strip(other)

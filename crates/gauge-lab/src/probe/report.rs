@@ -148,6 +148,12 @@ pub fn probe_report(cfg: &ProbeConfig, a: &Analysis, plots: &[String]) -> String
             "Decisions by llama.cpp's own chain through the bindings (the note's driver, docs/PROTOCOL.md §8.1 driver): `logit-bias` adding c to every token → `penalties` (ctrl: repeat θ; subtractive: presence α) → `greedy`, prompt accepted into the window first. llama.cpp has no normalized penalty: normalized runs stay on gauge's operator, so the plan (and every batch) is the gauge run's.\n"
         );
     }
+    if let Some(cpu) = &cfg.llama_cpp_cpu {
+        let _ = writeln!(
+            o,
+            "Logits by llama.cpp built for the CPU features `{cpu}` (its own report; another build can move near-ties).\n"
+        );
+    }
     let _ = writeln!(
         o,
         "Run `{}`: {design}; θ ∈ {{{}}}; ops {}; subtractive α = {}; zero-point θ = {}.",
