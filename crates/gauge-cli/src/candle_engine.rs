@@ -106,7 +106,7 @@ pub fn open(
         let mut reference = LlamaSource::new(Arc::clone(&codec))?;
         candle::max_abs_row_diff(&mut source, &mut reference, &prompts)?
     };
-    if !(diff <= candle::LOGIT_TOLERANCE) {
+    if diff.is_nan() || diff > candle::LOGIT_TOLERANCE {
         bail!(
             "candle's logits differ from llama.cpp's on the same float32 weights by up to {diff:.3e} \
              over {CHECK_PROMPTS} prompts (tolerance {:e}): candle does not compute the same model \

@@ -293,8 +293,9 @@ impl std::fmt::Display for Stack {
 #[derive(Debug)]
 pub(crate) enum EngineChain {
     Llama(LlamaChain),
+    /// Boxed: candle's chain carries its seen set inline (432 bytes against llama.cpp's 88).
     #[cfg(feature = "candle")]
-    Candle(gauge_engine::candle::CandleChain),
+    Candle(Box<gauge_engine::candle::CandleChain>),
 }
 
 impl EngineChain {
@@ -353,9 +354,9 @@ fn candle_chain<R>(
         prompt: true,
         last_n: window,
     };
-    Ok(Some(EngineChain::Candle(
+    Ok(Some(EngineChain::Candle(Box::new(
         gauge_engine::candle::CandleChain::new(spec.c, spec.theta, scope)?,
-    )))
+    ))))
 }
 
 #[cfg(not(feature = "candle"))]
