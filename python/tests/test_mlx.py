@@ -1,6 +1,6 @@
 """mlx-lm, for real (mlx's CPU build), on the default model's float32 weights:
 
-- `python -m gauge_sampling probe --engine mlx` on the small grid reproduces the float32
+- `python -m gauge_sampling probe --engine mlx` on the tiny grid (4 × 16) reproduces the float32
   reference (data/engines-reference.json, measured through llama.cpp): gate and the invariant
   operators exactly 0, ctrl within ±0.03, the zero-point statistics; the run records the logits
   check against HF and the seen set;
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need_import
-from test_probe_engines import MODEL, REF, SMALL, TOL, check_reference, probe
+from test_probe_engines import MODEL, TINY, TOL, check_reference, probe
 
 need_import("transformers")
 mx = need_import("mlx.core")
@@ -66,21 +66,36 @@ def shift(c: float):
     return lambda tokens, logits: logits + c
 
 
-def test_ctrl_mode_is_mlx_lms_own_penalty(mlx_model, prompts):
-    from gauge_sampling.mlx import RepetitionPenalty
+#: "No window" for mlx-lm's penalty: longer than any sequence here.
+WHOLE = 1 << 30
+_own_decodes: dict = {}
+
+
+def own_penalty(model, prompt, window: int, c: float) -> list[int]:
+    """Greedy tokens under mlx-lm's own ``make_repetition_penalty(1.3, window)`` after a shift
+    of ``c``; each decode runs once per module (mlx's CPU build takes ~0.3 s a token here)."""
     from mlx_lm.sample_utils import make_repetition_penalty
 
-    # mlx-lm's default window (20) and the whole sequence; unshifted and both shifts.
-    for window, last_n, c in ((20, 20, 0.0), (20, 20, -5.0), (1 << 30, -1, 5.0)):
+    key = (tuple(prompt), window, c)
+    if key not in _own_decodes:
+        procs = [shift(c), make_repetition_penalty(1.3, context_size=window)]
+        _own_decodes[key] = greedy(model, prompt, procs)
+    return _own_decodes[key]
+
+
+def test_ctrl_mode_is_mlx_lms_own_penalty(mlx_model, prompts):
+    from gauge_sampling.mlx import RepetitionPenalty
+
+    # mlx-lm's default window (20) and the whole sequence, under both shifts.
+    for window, last_n, c in ((20, 20, -5.0), (WHOLE, -1, 5.0), (WHOLE, -1, -5.0)):
         for p in prompts:
-            own = greedy(mlx_model, p, [shift(c), make_repetition_penalty(1.3, context_size=window)])
+            own = own_penalty(mlx_model, p, window, c)
             ours = greedy(mlx_model, p, [shift(c), RepetitionPenalty(1.3, mode="ctrl", last_n=last_n)])
             assert ours == own, (window, c, p[:5])
 
 
 def test_normalized_is_token_identical_under_the_shift(mlx_model, prompts):
     from gauge_sampling.mlx import RepetitionPenalty
-    from mlx_lm.sample_utils import make_repetition_penalty
 
     ctrl_moved = 0
     for p in prompts:
@@ -88,8 +103,7 @@ def test_normalized_is_token_identical_under_the_shift(mlx_model, prompts):
         up = greedy(mlx_model, p, [shift(5.0), pen])
         down = greedy(mlx_model, p, [shift(-5.0), pen])
         assert up == down, p[:5]
-        own = make_repetition_penalty(1.3, context_size=1 << 30)
-        ctrl_moved += greedy(mlx_model, p, [shift(5.0), own]) != greedy(mlx_model, p, [shift(-5.0), own])
+        ctrl_moved += own_penalty(mlx_model, p, WHOLE, 5.0) != own_penalty(mlx_model, p, WHOLE, -5.0)
     # The point of the fix: mlx-lm's own penalty does move under the same shift.
     assert ctrl_moved >= 1
 
@@ -132,7 +146,7 @@ def test_engine_default_seen_set_is_mlx_lms_own(mlx_model, prompts):
 @pytest.fixture(scope="module")
 def mlx_run(tmp_path_factory, gguf):
     out = tmp_path_factory.mktemp("probe-mlx")
-    r = probe("mlx", out)
+    r = probe("mlx", out, grid=TINY)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout), out
 
@@ -140,17 +154,17 @@ def mlx_run(tmp_path_factory, gguf):
 def test_mlx_reproduces_the_float32_reference(mlx_run):
     summary, out = mlx_run
     assert summary["sampler"] == "mlx" and summary["model"] == MODEL
-    check_reference(summary, CTRL_TOL)
+    check_reference(summary, CTRL_TOL, TINY)
     assert summary["forward_tokens"] * 3 < summary["naive_forward_tokens"], summary
     conds = {(c["op"], c["theta"]): c for c in summary["conditions"]}
     rate = conds[("ctrl", 1.3)]["flip_rate"]
-    print(f"mlx: ctrl θ=1.3 flip rate {rate} (reference {SMALL['ctrl_flip_theta_1_3']})")
+    print(f"mlx: ctrl θ=1.3 flip rate {rate} (reference {TINY['ctrl_flip_theta_1_3']})")
     (d,) = [d for d in out.iterdir() if (d / "config.json").exists()]
     eng = json.loads((d / "config.json").read_text())["engine"]
     assert {"mlx", "mlx_lm", "python", "gauge_sampling"} <= set(eng["versions"])
     assert eng["options"]["seen"].startswith("protocol")
     assert float(eng["options"]["logits_vs_hf_max_abs"]) <= 1e-3
-    assert TOL["positive_fraction"] > 0 and REF["grids"]["small"]["positions"] == 256
+    assert TOL["positive_fraction"] > 0 and TINY["positions"] == 64
 
 
 def test_a_model_read_differently_is_refused(folder, prompts):

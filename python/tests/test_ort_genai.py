@@ -1,7 +1,7 @@
 """onnxruntime-genai, for real (CPU), on the default model's float32 weights exported by its own
 builder:
 
-- `python -m gauge_sampling probe --engine ort-genai` on the small grid reproduces the float32
+- `python -m gauge_sampling probe --engine ort-genai` on the tiny grid (4 × 16) reproduces the float32
   reference (data/engines-reference.json, measured through llama.cpp): gate and the invariant
   operators exactly 0, ctrl within ±0.03, the zero-point statistics; the run records the logits
   check against HF and the seen set;
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import need_import
-from test_probe_engines import MODEL, SMALL, check_reference, probe
+from test_probe_engines import MODEL, TINY, check_reference, probe
 
 need_import("transformers")
 og = need_import("onnxruntime_genai")
@@ -114,7 +114,7 @@ def test_a_request_without_it_is_untouched(ort_model, prompts):
 @pytest.fixture(scope="module")
 def ort_run(tmp_path_factory, gguf):
     out = tmp_path_factory.mktemp("probe-ort-genai")
-    r = probe("ort-genai", out)
+    r = probe("ort-genai", out, grid=TINY)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout), out
 
@@ -122,11 +122,11 @@ def ort_run(tmp_path_factory, gguf):
 def test_ort_genai_reproduces_the_float32_reference(ort_run):
     summary, out = ort_run
     assert summary["sampler"] == "ort-genai" and summary["model"] == MODEL
-    check_reference(summary, CTRL_TOL)
+    check_reference(summary, CTRL_TOL, TINY)
     assert summary["forward_tokens"] < summary["naive_forward_tokens"], summary
     conds = {(c["op"], c["theta"]): c for c in summary["conditions"]}
     rate = conds[("ctrl", 1.3)]["flip_rate"]
-    print(f"ort-genai: ctrl θ=1.3 flip rate {rate} (reference {SMALL['ctrl_flip_theta_1_3']})")
+    print(f"ort-genai: ctrl θ=1.3 flip rate {rate} (reference {TINY['ctrl_flip_theta_1_3']})")
     (d,) = [d for d in out.iterdir() if (d / "config.json").exists()]
     eng = json.loads((d / "config.json").read_text())["engine"]
     assert {"onnxruntime_genai", "onnxruntime", "python", "gauge_sampling"} <= set(eng["versions"])
