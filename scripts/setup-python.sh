@@ -43,7 +43,9 @@ fi
 want="$(lock_hash)"
 if [ "$(cat "$lock_stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup-python: installing the pinned packages (about 3 GB download)"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  # --no-compile: no bytecode for the ~40,000 modules of torch, vLLM and the rest up front (minutes
+  # of CPU on 2 cores); Python writes it on first import, for the modules actually imported.
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
     -r python/requirements-lock.txt -r python/requirements-dev.txt
   echo "$want" > "$lock_stamp"
 fi

@@ -65,6 +65,7 @@ pub trait LogitSource {
 
 /// What every source checks before queueing `tokens` on `seq`: each id is in the vocabulary, and
 /// the sequence (`queued` = its evaluated plus pending tokens) still fits the context.
+#[cfg(any(feature = "llama", feature = "candle"))]
 pub(crate) fn check_push(
     seq: SeqId,
     tokens: &[TokenId],
