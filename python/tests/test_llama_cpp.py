@@ -1,29 +1,27 @@
 """llama-cpp-python: the instrument's engine (`python -m gauge_sampling probe --engine
 llama-cpp-python`, the tiny 4 × 16 grid against the float32 reference; its 8 × 32 run is in
-docs/results.md) and the fix as a drop-in
-(`gauge_sampling.llama_cpp`: the LogitsProcessor, and libgauge's C sampler through
-llama-cpp-python's low-level API), all on the real library and the default model."""
+docs/results.md) and the fix as a drop-in (`gauge_sampling.llama_cpp`: the LogitsProcessor, and
+libgauge's C sampler through llama-cpp-python's low-level API), all on the real library and the
+default model."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, need, need_import
+from conftest import ROOT, need, need_import
+from test_probe_engines import TINY, TOL, check_reference
+from test_probe_engines import probe as probe_engine
 
 llama_cpp = need_import("llama_cpp")
 gs = need_import("gauge_sampling")
 
 from gauge_sampling.llama_cpp import RepetitionPenaltyLogitsProcessor as LogitsProcessor  # noqa: E402
 
-REF = json.loads((DATA / "engines-reference.json").read_text())
-TINY = REF["grids"]["tiny"]
-MODEL = "smollm2-135m-instruct"
 PROMPTS = (
     "The history of the city begins in",
     "Once upon a time there was a little robot who",
@@ -34,9 +32,7 @@ THETA = 1.3
 
 
 def probe(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gauge_sampling", "probe", "--engine", "llama-cpp-python", "--model", MODEL]
-    cmd += TINY["flags"] + ["--out", str(out), "--json", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=1800)
+    return probe_engine("llama-cpp-python", out, *extra, grid=TINY)
 
 
 @pytest.fixture(scope="module")
@@ -177,18 +173,9 @@ def run_config(root: Path, seen_prefix: str) -> dict:
 
 def test_engine_reproduces_the_float32_reference(protocol_run, out_root):
     s = protocol_run
-    conds = {(c["op"], c["theta"]): c for c in s["conditions"]}
-    for op in ("ctrl", "normalized", "subtractive"):
-        assert conds[(op, 1.0)]["flip_rate"] == 0.0, f"gate: {op}"
-        assert conds[(op, 1.0)]["positions"] == TINY["positions"]
-    assert conds[("normalized", 1.3)]["flip_rate"] == 0.0
-    assert conds[("subtractive", 1.3)]["flip_rate"] == 0.0
-    ctrl = conds[("ctrl", 1.3)]["flip_rate"]
+    check_reference(s, TOL["hf_ctrl_flip"], TINY)
+    ctrl = {(c["op"], c["theta"]): c for c in s["conditions"]}[("ctrl", 1.3)]["flip_rate"]
     print(f"llama-cpp-python, protocol seen set: ctrl θ=1.3 flip {ctrl:.4f}")
-    assert abs(ctrl - TINY["ctrl_flip_theta_1_3"]) <= REF["tolerance"]["hf_ctrl_flip"], ctrl
-    zp = s["zero_point"]
-    assert abs(zp["positive_fraction"] - TINY["positive_fraction"]) <= REF["tolerance"]["positive_fraction"]
-    assert abs(zp["median_top1_logit"] - TINY["median_top1_logit"]) <= REF["tolerance"]["median_top1_logit"]
     cfg = run_config(out_root, "protocol")
     opts = cfg["engine"]["options"]
     assert float(opts["logits_vs_hf_max_abs"]) <= 1e-3, opts
