@@ -15,4 +15,5 @@ scripts/setup-python.sh --if-stale
 # crates/gauge-cli/tests/candle_probe.rs). One build for every test: a separate candle build
 # would compile most of the tree again (tokenizers changes features of shared crates).
 cargo test --workspace --release --features gauge-cli/candle
-.venv/bin/python -m pytest python/tests "$@"
+# The 20 slowest tests close the log: CI time is a budget (issue 20), this is where it goes.
+.venv/bin/python -m pytest python/tests --durations=20 "$@"
