@@ -116,6 +116,17 @@ pub(crate) fn spans<'a>(
     row: &'a [f32],
     ov: &'a Overlay,
 ) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
+    spans_of(row, ov, SPAN)
+}
+
+/// [`spans`] with clean stretches of up to `max_span` entries (`usize::MAX`: each whole stretch
+/// between edits, for a kernel whose per-span work does not grow with the span).
+#[inline]
+pub(crate) fn spans_of<'a>(
+    row: &'a [f32],
+    ov: &'a Overlay,
+    max_span: usize,
+) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
     let edits = ov.edited_chunks();
     let n = row.len();
     let (mut k, mut start) = (0usize, 0usize);
@@ -129,11 +140,56 @@ pub(crate) fn spans<'a>(
             k += 1;
             (start + CHUNK).min(n)
         } else {
-            (start + SPAN).min(next)
+            start.saturating_add(max_span).min(next)
         };
         start = end;
         Some((s0, &row[s0..end], edited))
     })
+}
+
+/// The largest entry of a span and the index of its first occurrence (strict `>` in id order, as
+/// llama.cpp's greedy scans; NaN never wins; `(-inf, 0)` for a span of `-inf` or an empty one),
+/// and whether the span holds NaN or +inf. One read: each lane keeps its maximum and the block
+/// where it first reached it, so no second pass looks for the position.
+#[inline(always)]
+pub(crate) fn span_first_max(span: &[f32], bad: &mut bool) -> (f32, usize) {
+    let mut acc = [f32::NEG_INFINITY; CHUNK];
+    let mut at = [0u32; CHUNK];
+    let mut bl = [0u32; CHUNK];
+    let mut it = span.chunks_exact(CHUNK);
+    for (k, c) in (&mut it).enumerate() {
+        let k = k as u32;
+        for (((a, t), f), &x) in acc.iter_mut().zip(at.iter_mut()).zip(bl.iter_mut()).zip(c) {
+            let gt = x > *a;
+            *a = if gt { x } else { *a };
+            *t = if gt { k } else { *t };
+            *f |= is_bad(x) as u32;
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for &a in &acc {
+        m = if a > m { a } else { m };
+    }
+    // Lane `j` first reached its maximum at `at[j] * CHUNK + j`; where lanes tie at `m` (−0 and
+    // +0 included: `==` is the same tie the strict scan keeps), the earliest is the first. Some
+    // lane always equals `m` (NaN never enters `acc`); all do when every lane is `-inf`.
+    let mut first = usize::MAX;
+    for (j, (&a, &t)) in acc.iter().zip(&at).enumerate() {
+        if a == m {
+            first = first.min(t as usize * CHUNK + j);
+        }
+    }
+    let tail = span.len() - it.remainder().len();
+    let mut b = false;
+    for (j, &x) in it.remainder().iter().enumerate() {
+        if x > m {
+            m = x;
+            first = tail + j;
+        }
+        b |= is_bad(x);
+    }
+    *bad |= b | (bl.iter().fold(0, |x, &y| x | y) != 0);
+    (m, first)
 }
 
 /// The largest entry of a span (NaN never wins; `-inf` for an empty span), and whether it holds

@@ -1,6 +1,6 @@
 //! One-pass reductions over "row + overlay": greedy's first maximum, dist's maximum and weights.
 
-use super::{any_bad, span_max, spans};
+use super::{any_bad, span_first_max, span_max, spans, spans_of};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -15,13 +15,15 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut bad = false;
     let plain = !ov.has_transforms();
     let mut buf = [0.0f32; CHUNK];
-    for (start, span, edited) in spans(row, ov) {
+    // Without transforms each clean stretch is one read, whole (its position comes with its max);
+    // with them, blocks go through the overlay, so the span length does not matter.
+    for (start, span, edited) in spans_of(row, ov, usize::MAX) {
         if plain && !edited {
             // a later span only wins with a strictly larger value, at its first occurrence
-            let sm = span_max(span, &mut bad);
+            let (sm, at) = span_first_max(span, &mut bad);
             if sm > best {
                 best = sm;
-                best_i = start + span.iter().position(|&x| x == sm).unwrap_or(0);
+                best_i = start + at;
             }
             continue;
         }
@@ -145,10 +147,87 @@ mod tests {
         b
     }
 
+    /// Rows whose first maximum is hard to find in one read: many ties (on every lane, across
+    /// blocks and in the tail), signed zeros, `-inf` runs, lengths around the block size and
+    /// stretches far longer than a span.
+    fn hard_rows() -> Vec<Vec<f32>> {
+        let mut g = crate::synth::SplitMix64(7);
+        let mut rows = Vec::new();
+        for n in [
+            1usize, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 1000, 4099, 49_152,
+        ] {
+            // few distinct values: the maximum occurs many times, first in any lane
+            rows.push(
+                (0..n)
+                    .map(|_| (g.next_u64() % 4) as f32)
+                    .collect::<Vec<_>>(),
+            );
+            // only zeros of both signs
+            rows.push(
+                (0..n)
+                    .map(|_| {
+                        if g.next_u64().is_multiple_of(2) {
+                            0.0
+                        } else {
+                            -0.0
+                        }
+                    })
+                    .collect(),
+            );
+            // -inf everywhere, then with one finite value late, then in the tail only
+            rows.push(vec![f32::NEG_INFINITY; n]);
+            let mut r = vec![f32::NEG_INFINITY; n];
+            r[n - 1] = -1e30;
+            rows.push(r);
+            // a rising row: every block beats the one before
+            rows.push((0..n).map(|i| i as f32 * 0.5).collect());
+        }
+        rows
+    }
+
+    #[test]
+    fn first_max_is_the_strict_scan_on_every_level_for_hard_rows() {
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for row in hard_rows() {
+                let mut ov = Overlay::default();
+                ov.reset(row.len());
+                ov.prepare();
+                let before = crate::simd::testing::runs()[level as usize];
+                assert_eq!(
+                    first_max(&row, &ov),
+                    Some(naive_first_max(&row)),
+                    "{} n={} {:?}",
+                    level.name(),
+                    row.len(),
+                    &row[..row.len().min(40)]
+                );
+                assert_eq!(crate::simd::testing::runs()[level as usize], before + 1);
+            }
+            // NaN or +inf anywhere (a lane, the tail): no index
+            for (n, at) in [(40usize, 3usize), (40, 37), (300, 290), (17, 16)] {
+                for bad in [f32::NAN, f32::INFINITY] {
+                    let mut row = vec![1.0f32; n];
+                    row[at] = bad;
+                    let mut ov = Overlay::default();
+                    ov.reset(n);
+                    ov.prepare();
+                    assert_eq!(first_max(&row, &ov), None, "{} {bad} at {at}", level.name());
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
+
     #[test]
     fn first_max_matches_naive_with_edits_and_ties() {
         for seed in 0..200 {
-            let n = 1 + (seed as usize * 37) % 700;
+            // every tenth row far longer than a span: whole clean stretches between edits
+            let n = if seed % 10 == 0 {
+                3000 + seed as usize * 13
+            } else {
+                1 + (seed as usize * 37) % 700
+            };
             let (row, ov, full) = row_with_edits(n, seed, (seed % 9) as usize, seed % 2 == 0);
             assert_eq!(
                 first_max(&row, &ov),
