@@ -59,6 +59,22 @@ if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$(engines_hash)" ]; then
   engines_hash > "$engines_stamp"
 fi
 
+# mlx's CPU wheel bundles netlib's reference BLAS (mlx_cpu.libs/libblas-*.so), which runs its
+# float32 matmuls at ~0.4 GFLOP/s here; the system's OpenBLAS (Debian/Ubuntu: libopenblas0-pthread)
+# runs them ~40x faster. Where it is installed, the bundled file is pointed at it (kept as
+# *.reference): mlx-lm and its penalty are unchanged, only the order of the float32 sums moves,
+# and the engine records which BLAS ran (`blas` in the run's engine options). Re-done each run, so a
+# reinstall of mlx-cpu gets it again.
+openblas="$(ls /usr/lib/*-linux-gnu/openblas-pthread/libblas.so.3 2>/dev/null | head -1 || true)"
+for bundled in "$VENV"/lib/python3*/site-packages/mlx_cpu.libs/libblas-*.so.*; do
+  case "$bundled" in *.reference | *'*'*) continue ;; esac
+  if [ -n "$openblas" ] && [ ! -L "$bundled" ]; then
+    mv "$bundled" "$bundled.reference"
+    ln -s "$openblas" "$bundled"
+    echo "setup-python: mlx's BLAS -> $openblas"
+  fi
+done
+
 # llama-cpp-python (--engine llama-cpp-python, gauge_sampling.llama_cpp; python/requirements-llama-cpp.txt):
 # the index has only its sdist, so it is compiled once into a wheel cached under target/py-wheels/,
 # then installed from it. llama.cpp is built lean: no tests, examples, tools or server, no

@@ -7,7 +7,6 @@ default model."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -37,7 +36,9 @@ def probe(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def llm(gguf):
-    m = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=os.cpu_count() or 1, seed=0, verbose=False)
+    from gauge_sampling.lab.engine import usable_cpus
+
+    m = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=usable_cpus(), seed=0, verbose=False)
     yield m
     m.close()
 

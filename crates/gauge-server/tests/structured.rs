@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 fn server() -> SocketAddr {
     static S: OnceLock<RunningServer> = OnceLock::new();
     common::started(&S, || ServerConfig {
-        threads: 2,
+        threads: common::decode_threads(),
         ctx_size: 4096,
         max_queue: 64,
         max_tokens: 512,

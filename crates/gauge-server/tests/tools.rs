@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 fn server() -> SocketAddr {
     static S: OnceLock<RunningServer> = OnceLock::new();
     common::started(&S, || ServerConfig {
-        threads: 2,
+        threads: common::decode_threads(),
         ctx_size: 2048,
         parallel: 2,
         max_body_bytes: ServerConfig::default().max_body_bytes,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .. import _native
-from .engine import ENGINES, SEEN, module_of
+from .engine import ENGINES, SEEN, module_of, usable_cpus
 
 
 def _floats(text: str) -> list[float]:
@@ -225,7 +225,7 @@ def setup(args) -> tuple:
             torch.set_num_threads(args.threads)
         elif "OMP_NUM_THREADS" not in os.environ:
             # Every core, as `gauge probe -t 0`; an explicit OMP_NUM_THREADS is left to torch.
-            torch.set_num_threads(os.cpu_count() or 1)
+            torch.set_num_threads(usable_cpus())
     ref = models.resolve(args.model)
     return ref, device, dtype, engine_info(args.engine, device, dtype, args.tensor_parallel_size)
 

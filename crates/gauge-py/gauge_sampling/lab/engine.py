@@ -21,10 +21,23 @@ engine's own default scope, recorded in ``info["options"]["seen"]``.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Protocol, runtime_checkable
 
 from .. import _native
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on. ``os.cpu_count()`` counts the machine's, so under
+    ``taskset`` or a cpuset (``scripts/test.sh`` pins its Python tests to their own cores) it
+    would start more threads than there are cores, and torch's and llama.cpp's threads spin at
+    their barriers: a decode then takes many times longer."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity call (macOS)
+        return os.cpu_count() or 1
+
 
 #: ``--engine`` → the module under ``gauge_sampling.lab`` with its ``load`` function.
 ENGINES: dict[str, str] = {

@@ -24,12 +24,11 @@ the same weights, recorded, refused above its tolerance). The KV cache is F32
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Optional
 
 import numpy as np
 
-from .engine import JsonOut, Loaded, RunOut
+from .engine import JsonOut, Loaded, RunOut, usable_cpus
 
 #: llama-cpp-python's default ``last_n_tokens_size``.
 ENGINE_LAST_N = 64
@@ -186,7 +185,7 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     f32 = models.f32_gguf(ref)
     folder = models.hf_folder(ref)
     tok = AutoTokenizer.from_pretrained(folder)
-    threads = args.threads or os.cpu_count() or 1
+    threads = args.threads or usable_cpus()
     llm = llama_cpp.Llama(
         model_path=str(f32),
         n_ctx=max_model_len + 64,

@@ -178,6 +178,7 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     seen = getattr(args, "seen", "protocol")
     eng = MlxEngine(model, tok, seen, eos)
     info["versions"].update({"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__})
+    info["options"]["blas"] = mlx_blas()
     info["options"]["seen"] = (
         "engine (last 20 of prompt + output)" if seen == "engine" else "protocol (prompt + output)"
     )
@@ -185,6 +186,23 @@ def load(args, ref, device: str, dtype: str, info: dict, max_model_len: int = 10
     logits_check.record(info, diff)
     n_vocab = int(eng.next_row(logits_check.check_prompts(tok)[0][:1]).shape[-1])
     return Loaded(eng, tok, n_vocab)
+
+
+def mlx_blas() -> str:
+    """The BLAS behind mlx's CPU matmuls: the wheel's bundled netlib reference BLAS, or the path
+    of the library ``scripts/setup-python.sh`` pointed it at (the system's OpenBLAS, ~40x faster
+    here). Only the order of the float32 sums differs, which the logits check bounds."""
+    import os
+    from pathlib import Path
+
+    import mlx.core as mx
+
+    libs = Path(mx.__file__).parent.parent / "mlx_cpu.libs"
+    found = sorted(libs.glob("libblas-*.so*"))
+    if not found:
+        return "unknown"
+    real = os.path.realpath(found[0])
+    return f"{found[0].name} (bundled)" if real == str(found[0]) else real
 
 
 def rope_overrides(folder) -> dict:

@@ -95,7 +95,14 @@ def hf_folder(ref: ModelRef) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except OSError:
+        # Another process converted it meanwhile (two runs started on a fresh cache, or
+        # scripts/test.sh's two lanes): its folder holds the same tensors.
+        if not (target / "config.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -17,6 +17,13 @@ use serde_json::Value;
 /// The model every test serves (the project's default; pulled on first use).
 pub const MODEL: &str = "smollm2-135m-instruct";
 
+/// Two llama.cpp threads where this process has two cores, else one: under `scripts/test.sh`'s
+/// lanes the Rust tests are pinned to their own cores, and two ggml threads spinning at their
+/// barriers on one core make each token many times slower.
+pub fn decode_threads() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as u32
+}
+
 /// A small, test-sized configuration: one llama thread, short contexts, port 0.
 pub fn test_config() -> ServerConfig {
     ServerConfig {
