@@ -71,11 +71,17 @@ start=$SECONDS
 # candle sizes its thread pool from the machine's physical cores, not the affinity mask: on a
 # one-core lane its two spinning threads made crates/gauge-engine/tests/candle.rs 443 s instead of
 # 134 s. CANDLE_NUM_THREADS and RAYON_NUM_THREADS give it (and rayon users) the lane's count.
-taskset -c "$lane1_cpus" env CANDLE_NUM_THREADS="$n1" RAYON_NUM_THREADS="$n1" bash -c "$(declare -p rust pytest lane1_python); $(declare -f pytest_part lane1); lane1 \"\$@\"" \
-  lane1 "$@" > "$logs/lane1.log" 2>&1 &
+# `start_lane CPUS N LANE ARGS...` runs the function LANE pinned to CPUS, logged to $logs/LANE.log.
+start_lane() {
+  local cpus=$1 n=$2 lane=$3
+  shift 3
+  taskset -c "$cpus" env CANDLE_NUM_THREADS="$n" RAYON_NUM_THREADS="$n" \
+    bash -c "$(declare -p rust pytest lane1_python); $(declare -f pytest_part lane1 lane2); $lane \"\$@\"" \
+    "$lane" "$@" > "$logs/$lane.log" 2>&1 &
+}
+start_lane "$lane1_cpus" "$n1" lane1 "$@"
 pid1=$!
-taskset -c "$lane2_cpus" env CANDLE_NUM_THREADS="$n2" RAYON_NUM_THREADS="$n2" bash -c "$(declare -p pytest lane1_python); $(declare -f pytest_part lane2); lane2 \"\$@\"" \
-  lane2 "$@" > "$logs/lane2.log" 2>&1 &
+start_lane "$lane2_cpus" "$n2" lane2 "$@"
 pid2=$!
 trap 'kill "$pid1" "$pid2" 2>/dev/null || true' EXIT
 

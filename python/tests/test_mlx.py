@@ -164,8 +164,8 @@ def test_mlx_reproduces_the_float32_reference(mlx_run):
     assert {"mlx", "mlx_lm", "python", "gauge_sampling"} <= set(eng["versions"])
     assert eng["options"]["seen"].startswith("protocol")
     # Which BLAS ran mlx's matmuls is part of the record (scripts/setup-python.sh may swap it).
-    print(f"mlx: BLAS {eng['options']['blas']}")
     blas = eng["options"]["blas"]
+    print(f"mlx: BLAS {blas}")
     assert blas.endswith("(bundled)") or "openblas" in blas, eng["options"]
     assert float(eng["options"]["logits_vs_hf_max_abs"]) <= 1e-3
     assert TOL["positive_fraction"] > 0 and TINY["positions"] == 64
