@@ -147,49 +147,34 @@ pub(crate) fn spans_of<'a>(
     })
 }
 
+/// [`span_first_max`] reads the span in blocks of this many entries (4 KiB: the winning block is
+/// still in L1 when it is searched for the position).
+const FIRST_MAX_BLOCK: usize = 1024;
+
 /// The largest entry of a span and the index of its first occurrence (strict `>` in id order, as
 /// llama.cpp's greedy scans; NaN never wins; `(-inf, 0)` for a span of `-inf` or an empty one),
-/// and whether the span holds NaN or +inf. One read: each lane keeps its maximum and the block
-/// where it first reached it, so no second pass looks for the position.
+/// and whether the span holds NaN or +inf. One read: each block's maximum by [`span_max`] (the
+/// lane-wise loop that runs at the speed of memory), the first block with the largest one kept
+/// (strict `>`), then that block alone searched for the first entry equal to it (`==`, so of
+/// equal values, −0 and +0 included, the first wins, as in the strict scan).
 #[inline(always)]
 pub(crate) fn span_first_max(span: &[f32], bad: &mut bool) -> (f32, usize) {
-    let mut acc = [f32::NEG_INFINITY; CHUNK];
-    let mut at = [0u32; CHUNK];
-    let mut bl = [0u32; CHUNK];
-    let mut it = span.chunks_exact(CHUNK);
-    for (k, c) in (&mut it).enumerate() {
-        let k = k as u32;
-        for (((a, t), f), &x) in acc.iter_mut().zip(at.iter_mut()).zip(bl.iter_mut()).zip(c) {
-            let gt = x > *a;
-            *a = if gt { x } else { *a };
-            *t = if gt { k } else { *t };
-            *f |= is_bad(x) as u32;
+    let mut best = f32::NEG_INFINITY;
+    let mut at = None;
+    for (b, block) in span.chunks(FIRST_MAX_BLOCK).enumerate() {
+        let m = span_max(block, bad);
+        if m > best {
+            best = m;
+            at = Some(b * FIRST_MAX_BLOCK);
         }
     }
-    let mut m = f32::NEG_INFINITY;
-    for &a in &acc {
-        m = if a > m { a } else { m };
-    }
-    // Lane `j` first reached its maximum at `at[j] * CHUNK + j`; where lanes tie at `m` (−0 and
-    // +0 included: `==` is the same tie the strict scan keeps), the earliest is the first. Some
-    // lane always equals `m` (NaN never enters `acc`); all do when every lane is `-inf`.
-    let mut first = usize::MAX;
-    for (j, (&a, &t)) in acc.iter().zip(&at).enumerate() {
-        if a == m {
-            first = first.min(t as usize * CHUNK + j);
-        }
-    }
-    let tail = span.len() - it.remainder().len();
-    let mut b = false;
-    for (j, &x) in it.remainder().iter().enumerate() {
-        if x > m {
-            m = x;
-            first = tail + j;
-        }
-        b |= is_bad(x);
-    }
-    *bad |= b | (bl.iter().fold(0, |x, &y| x | y) != 0);
-    (m, first)
+    let Some(start) = at else {
+        return (f32::NEG_INFINITY, 0);
+    };
+    let block = &span[start..(start + FIRST_MAX_BLOCK).min(span.len())];
+    // the block's maximum is one of its entries (NaN never enters it), so the search finds it
+    let j = block.iter().position(|&x| x == best).unwrap_or(0);
+    (block[j], start + j)
 }
 
 /// The largest entry of a span (NaN never wins; `-inf` for an empty span), and whether it holds

@@ -15,8 +15,9 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut bad = false;
     let plain = !ov.has_transforms();
     let mut buf = [0.0f32; CHUNK];
-    // Without transforms each clean stretch is one read, whole (its position comes with its max);
-    // with them, blocks go through the overlay, so the span length does not matter.
+    // Without transforms each clean stretch is one read, whole (plus a search of the one block
+    // that holds its max); with them, blocks go through the overlay, so the span length does not
+    // matter.
     for (start, span, edited) in spans_of(row, ov, usize::MAX) {
         if plain && !edited {
             // a later span only wins with a strictly larger value, at its first occurrence
@@ -181,6 +182,20 @@ mod tests {
             rows.push(r);
             // a rising row: every block beats the one before
             rows.push((0..n).map(|i| i as f32 * 0.5).collect());
+        }
+        // the maximum on either side of a 1024-entry block boundary, in the partial last block,
+        // and equal maxima in two blocks (the earlier block must win)
+        for n in [1023usize, 1024, 1025, 2048, 2049, 3000] {
+            for at in [0usize, 1022, 1023, 1024, 1025, 2047, 2048, n - 1] {
+                if at < n {
+                    let mut r = vec![-1.0f32; n];
+                    r[at] = 2.0;
+                    if at + 1100 < n {
+                        r[at + 1100] = 2.0;
+                    }
+                    rows.push(r);
+                }
+            }
         }
         rows
     }
