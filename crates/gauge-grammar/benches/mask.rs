@@ -118,24 +118,39 @@ fn bench_vocab(c: &mut Criterion, label: &str, vocab: &GrammarVocab) {
             BatchSize::SmallInput,
         )
     });
-    let cases: [(&str, f32, PenaltyMode, bool); 6] = [
-        ("chain", 1.0, PenaltyMode::Ctrl, false),
-        ("chain+ctrl1.3", 1.3, PenaltyMode::Ctrl, false),
-        ("chain+normalized1.3", 1.3, PenaltyMode::Normalized, false),
-        ("grammar+chain", 1.0, PenaltyMode::Ctrl, true),
-        ("grammar+chain+ctrl1.3", 1.3, PenaltyMode::Ctrl, true),
+    // (name, θ, mode, grammar: None = no grammar, Some(in_overlay) = the stage with that switch)
+    let cases: [(&str, f32, PenaltyMode, Option<bool>); 9] = [
+        ("chain", 1.0, PenaltyMode::Ctrl, None),
+        ("chain+ctrl1.3", 1.3, PenaltyMode::Ctrl, None),
+        ("chain+normalized1.3", 1.3, PenaltyMode::Normalized, None),
+        ("grammar+chain", 1.0, PenaltyMode::Ctrl, Some(false)),
+        ("grammar+chain+ctrl1.3", 1.3, PenaltyMode::Ctrl, Some(false)),
         (
             "grammar+chain+normalized1.3",
             1.3,
             PenaltyMode::Normalized,
-            true,
+            Some(false),
+        ),
+        ("grammar-overlay+chain", 1.0, PenaltyMode::Ctrl, Some(true)),
+        (
+            "grammar-overlay+chain+ctrl1.3",
+            1.3,
+            PenaltyMode::Ctrl,
+            Some(true),
+        ),
+        (
+            "grammar-overlay+chain+normalized1.3",
+            1.3,
+            PenaltyMode::Normalized,
+            Some(true),
         ),
     ];
     for (name, repeat, mode, grammar) in cases {
         let p = params(repeat, mode);
         let mut chain = Chain::from_params(&p, n, None).expect("chain");
-        if grammar {
-            chain = constrain(chain, GrammarStage::new(state.clone()));
+        if let Some(in_overlay) = grammar {
+            let stage = GrammarStage::new(state.clone()).with_mask_in_overlay(in_overlay);
+            chain = constrain(chain, stage);
         }
         group.bench_function(name, |b| {
             b.iter_batched(

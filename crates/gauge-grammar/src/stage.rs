@@ -11,8 +11,10 @@ use crate::state::GrammarState;
 use crate::vocab::GrammarVocab;
 
 /// The allowed set goes into the overlay (instead of a filled array) only when it holds at
-/// least `1 / KEEP_IN_OVERLAY_FRACTION` of the row.
-const KEEP_IN_OVERLAY_FRACTION: usize = 8;
+/// least this many tokens: the fill path reads the whole row too (its check for NaN and +inf), so
+/// the overlay's masked read costs a fraction of a read more, and filling and heap-sorting a few
+/// hundred allowed entries costs about that.
+const KEEP_IN_OVERLAY_MIN: usize = 256;
 
 /// The stage's name in the chain print.
 pub const STAGE_NAME: &str = "grammar";
@@ -52,14 +54,14 @@ impl GrammarStage {
         Self {
             state,
             scratch: Vec::new(),
-            mask_in_overlay: false,
+            mask_in_overlay: true,
         }
     }
 
-    /// Record a large allowed set in the overlay (`Overlay::keep_only`) instead of filling the
-    /// array of allowed entries, so top-k reads "row + edits + allowed set". Exact (tests/
-    /// row_path.rs) but off by default: on the 2-core VM it did not measure faster than the fill
-    /// (docs/bench.md, "Issue 23 §4").
+    /// Record an allowed set of 256 tokens or more in the overlay (`Overlay::keep_only`) instead
+    /// of filling the array of allowed entries, so top-k reads "row + edits + allowed set" (on by
+    /// default; `false` fills, as before). Exact either way (tests/row_path.rs); on the default
+    /// chain it is about twice as fast at 49,152 and 151,936 (docs/bench.md, "Issue 23 §4").
     pub fn with_mask_in_overlay(mut self, on: bool) -> Self {
         self.mask_in_overlay = on;
         self
@@ -116,7 +118,7 @@ impl Sampler for GrammarStage {
         }
         let words = self.state.allowed().as_slice();
         let allowed: usize = words.iter().map(|w| w.count_ones() as usize).sum();
-        allowed >= (row.len() / KEEP_IN_OVERLAY_FRACTION).max(256) && ov.keep_only(words)
+        allowed >= KEEP_IN_OVERLAY_MIN && ov.keep_only(words)
     }
 
     /// The allowed tokens straight from the row (in id order, as a filled array filtered by

@@ -204,6 +204,44 @@ pub(crate) fn span_max(span: &[f32], bad: &mut bool) -> f32 {
     m
 }
 
+/// [`span_max`] over the entries an allowed set keeps (removed ids read as `-inf`; `words`: bit
+/// `i % 32` of word `i / 32` set when id `i` is kept; `start`, the span's first id, a multiple of
+/// `CHUNK`), and whether the span holds NaN or +inf, removed ids included (as the fill path's
+/// check of the whole row).
+#[inline(always)]
+pub(crate) fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; CHUNK];
+    let mut bl = [0u32; CHUNK];
+    let mut it = span.chunks_exact(CHUNK);
+    for (i, c) in (&mut it).enumerate() {
+        let s = start + i * CHUNK;
+        let bits = words[s / 32] >> (s % 32);
+        for (j, ((a, f), &x)) in acc.iter_mut().zip(bl.iter_mut()).zip(c).enumerate() {
+            let v = if bits >> j & 1 != 0 {
+                x
+            } else {
+                f32::NEG_INFINITY
+            };
+            *a = if v > *a { v } else { *a };
+            *f |= is_bad(x) as u32;
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    let mut b = false;
+    let s = start + span.len() - it.remainder().len();
+    for (j, &x) in it.remainder().iter().enumerate() {
+        let kept = words[(s + j) / 32] >> ((s + j) % 32) & 1 != 0;
+        let v = if kept { x } else { f32::NEG_INFINITY };
+        m = if v > m { v } else { m };
+        b |= is_bad(x);
+    }
+    for &a in &acc {
+        m = if a > m { a } else { m };
+    }
+    *bad |= b | (bl.iter().fold(0, |x, &y| x | y) != 0);
+    m
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     //! Rows with edits for the kernels' tests.

@@ -2,7 +2,7 @@
 //! filling or sorting the array, or a refusal when the order would depend on tie-breaking it does
 //! not replay.
 
-use super::{any_bad, for_spans, mask_ge, span_max, spans, Scan};
+use super::{any_bad, for_spans, mask_ge, span_max, span_max_kept, spans, Scan};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -69,10 +69,9 @@ fn scan_top_k(
     let (mut info, mut maxes) = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
     let pass = top_k_pass(row, ov, k, floor, upto, &mut info, &mut maxes, buf);
     SPANS.with(|sp| *sp.borrow_mut() = (info, maxes));
-    // with an allowed set the heap replay would walk the wrong array: decline instead
     let kept = ov.keep_mask().is_some();
     let ambiguous = |buf: &mut Vec<(f32, u32)>| {
-        if replay && !kept && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+        if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
             heap_replay(row, ov, k.min(n), floor, upto, buf)
         } else {
             Scan::Ambiguous
@@ -126,19 +125,25 @@ fn top_k_pass(
     maxes: &mut Vec<f32>,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
-    // raw spans are the values only without transforms and without an allowed set
-    let plain = upto == 0 && ov.keep_mask().is_none();
+    // raw entries are the values without transforms (an allowed set aside, applied below)
+    let plain = upto == 0;
     // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
     // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
     let mono = ov.monotone_upto(upto);
+    // A grammar's allowed set: removed ids read as -inf, from the raw entries and the set's bits.
+    let keep = ov.keep_mask();
     let mut vbuf = [0.0f32; CHUNK];
     info.clear();
     let mut bad = false;
     for (start, span, edited) in spans(row, ov) {
+        let raw_max = |bad: &mut bool| match keep {
+            None => span_max(span, bad),
+            Some(words) => span_max_kept(span, start, words, bad),
+        };
         let m = if plain && !edited {
-            span_max(span, &mut bad)
+            raw_max(&mut bad)
         } else if mono && !edited {
-            ov.map_upto(span_max(span, &mut bad), upto, row)
+            ov.map_upto(raw_max(&mut bad), upto, row)
         } else {
             let mut m = f32::NEG_INFINITY;
             for (i, block) in span.chunks(CHUNK).enumerate() {
@@ -177,7 +182,7 @@ fn top_k_pass(
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let start = start + i * CHUNK;
             if clean {
-                let mut hits = mask_ge(block, raw_t, &mut false);
+                let mut hits = mask_ge(block, raw_t, &mut false) & ov.keep_bits(start);
                 while hits != 0 {
                     let j = hits.trailing_zeros() as usize;
                     hits &= hits - 1;
@@ -215,11 +220,15 @@ fn top_k_pass(
 
 /// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
 /// current values (entries below `floor` read as -inf), replayed on the row without filling it:
-/// libstdc++'s heap-select makes a heap of entries `0..k`, then lets in, in array order, every
-/// entry that compares greater than the heap's top, and finally sorts the heap. An entry that does
-/// not beat the top changes nothing, so only spans whose maximum beats the current top are read.
-/// Exact for ties and for -inf entries (every step is the ported libstdc++ operation), so it
-/// settles what the unique-values scan cannot.
+/// libstdc++'s heap-select makes a heap of the array's first `k` entries, then lets in, in array
+/// order, every entry that compares greater than the heap's top, and finally sorts the heap. An
+/// entry that does not beat the top changes nothing, so only spans whose maximum beats the current
+/// top are read. Exact for ties and for -inf entries (every step is the ported libstdc++
+/// operation), so it settles what the unique-values scan cannot.
+///
+/// With an allowed set the array holds the allowed entries only, in id order: the heap starts
+/// from the first `k` allowed ids, and a removed id reads as -inf, which never beats the top
+/// (`>`), so it never enters, as if it were not there. `Ambiguous` when fewer than `k` are allowed.
 fn heap_replay(
     row: &[f32],
     ov: &Overlay,
@@ -231,21 +240,53 @@ fn heap_replay(
     use crate::sort::{adjust_heap, make_heap, sort_heap};
     let mut less = |a: &(f32, u32), b: &(f32, u32)| a.0 > b.0;
     let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
-    let plain = upto == 0;
+    // without transforms a raw entry bounds its value (a removed id's is -inf), and without an
+    // allowed set too it is the value
+    let raw = upto == 0;
+    let plain = raw && ov.keep_mask().is_none();
     let mut vbuf = [0.0f32; CHUNK];
     buf.clear();
-    buf.extend((0..k).map(|i| (masked(ov.value_at(row, i, upto)), i as u32)));
+    // the array's first k entries, and the first id after them
+    let after = match ov.keep_mask() {
+        None => {
+            buf.extend((0..k).map(|i| (masked(ov.value_at(row, i, upto)), i as u32)));
+            k
+        }
+        Some(words) => {
+            let n = row.len();
+            let allowed = words.iter().enumerate().flat_map(|(w, &word)| {
+                let mut bits = word;
+                std::iter::from_fn(move || {
+                    (bits != 0).then(|| {
+                        let j = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        w * 32 + j
+                    })
+                })
+            });
+            buf.extend(
+                allowed
+                    .take_while(|&i| i < n)
+                    .take(k)
+                    .map(|i| (masked(ov.value_at(row, i, upto)), i as u32)),
+            );
+            if buf.len() < k {
+                return Scan::Ambiguous;
+            }
+            buf[k - 1].1 as usize + 1
+        }
+    };
     make_heap(buf, k, &mut less);
     let mut ignore = false;
     for_spans(row, ov, |start, span, edited| {
         let end = start + span.len();
-        if end <= k {
+        if end <= after {
+            return;
+        }
+        if raw && !edited && masked(span_max(span, &mut ignore)) <= buf[0].0 {
             return;
         }
         let clean = plain && !edited;
-        if clean && masked(span_max(span, &mut ignore)) <= buf[0].0 {
-            return;
-        }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let bstart = start + i * CHUNK;
             let vals = if clean {
@@ -256,7 +297,7 @@ fn heap_replay(
             for (j, &x) in vals.iter().enumerate() {
                 let id = bstart + j;
                 let v = masked(x);
-                if id >= k && v > buf[0].0 {
+                if id >= after && v > buf[0].0 {
                     adjust_heap(buf, 0, k, (v, id as u32), &mut less);
                 }
             }
