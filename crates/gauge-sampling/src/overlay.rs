@@ -226,8 +226,9 @@ impl Overlay {
         x
     }
 
-    /// The value of `id` after the edits and the first `upto` transforms.
-    #[inline]
+    /// The value of `id` after the edits and the first `upto` transforms (always inlined: the
+    /// edited blocks of the row kernels read every entry through it).
+    #[inline(always)]
     fn value_upto(&self, row: &[f32], id: usize, upto: u8) -> f32 {
         if self.removed(id) {
             return f32::NEG_INFINITY;
