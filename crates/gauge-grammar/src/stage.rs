@@ -112,7 +112,7 @@ impl Sampler for GrammarStage {
     ///
     /// Only for a large allowed set (inside a free string: most of the vocabulary): a small one
     /// is cheaper to fill (`apply_from_row`), and top-k's kernel would decline on fewer than k.
-    fn apply_sparse(&mut self, row: &[f32], ov: &mut Overlay) -> bool {
+    fn apply_sparse(&mut self, _row: &[f32], ov: &mut Overlay) -> bool {
         if !self.mask_in_overlay {
             return false;
         }

@@ -360,23 +360,12 @@ impl Overlay {
     /// raw spans at raw speed and map only what it keeps. An allowed set ([`Overlay::keep_only`])
     /// is not a transform: both maps send `-inf` to `-inf`, so the value of a removed id is `-inf`
     /// with or without them, and a kernel that applies the set to raw entries itself
-    /// ([`Overlay::keep_bits`]) still reads raw.
+    /// ([`Overlay::keep_mask`]) still reads raw.
     pub(crate) fn monotone_upto(&self, upto: usize) -> bool {
         self.xf[..upto.min(self.n_xf as usize)]
             .iter()
             .flatten()
             .all(|t| matches!(t, Transform::Div(_) | Transform::LogProb { .. }))
-    }
-
-    /// The allowed-set bits of the block starting at `start` (a multiple of `CHUNK`): bit `j` set
-    /// when id `start + j` is kept; all set without an allowed set.
-    #[inline(always)]
-    pub(crate) fn keep_bits(&self, start: usize) -> u32 {
-        if self.kept {
-            (self.keep[start / 32] >> (start % 32)) & 0xFFFF
-        } else {
-            0xFFFF
-        }
     }
 
     /// An unedited raw value with the first `upto` transforms applied (what `value_at` gives for

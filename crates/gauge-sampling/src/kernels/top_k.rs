@@ -182,7 +182,10 @@ fn top_k_pass(
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let start = start + i * CHUNK;
             if clean {
-                let mut hits = mask_ge(block, raw_t, &mut false) & ov.keep_bits(start);
+                let mut hits = mask_ge(block, raw_t, &mut false);
+                if let Some(words) = keep {
+                    hits &= (words[start / 32] >> (start % 32)) & 0xFFFF;
+                }
                 while hits != 0 {
                     let j = hits.trailing_zeros() as usize;
                     hits &= hits - 1;
