@@ -125,13 +125,35 @@ fn top_k_pass(
     maxes: &mut Vec<f32>,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
+    // one copy per case, so the common one (no allowed set) carries no test of it per span
+    if ov.keep_mask().is_some() {
+        passes::<true>(row, ov, k, floor, upto, info, maxes, buf)
+    } else {
+        passes::<false>(row, ov, k, floor, upto, info, maxes, buf)
+    }
+}
+}
+
+/// [`top_k_pass`]'s body, with (`KEPT`) or without an allowed set.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn passes<const KEPT: bool>(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    info: &mut Vec<SpanInfo>,
+    maxes: &mut Vec<f32>,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
     // raw entries are the values without transforms (an allowed set aside, applied below)
     let plain = upto == 0;
     // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
     // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
     let mono = ov.monotone_upto(upto);
     // A grammar's allowed set: removed ids read as -inf, from the raw entries and the set's bits.
-    let keep = ov.keep_mask();
+    let keep = if KEPT { ov.keep_mask() } else { None };
     let mut vbuf = [0.0f32; CHUNK];
     info.clear();
     let mut bad = false;
@@ -189,7 +211,11 @@ fn top_k_pass(
                 while hits != 0 {
                     let j = hits.trailing_zeros() as usize;
                     hits &= hits - 1;
-                    let v = if plain { block[j] } else { ov.map_upto(block[j], upto, row) };
+                    let v = if plain {
+                        block[j]
+                    } else {
+                        ov.map_upto(block[j], upto, row)
+                    };
                     let v = if v < floor { f32::NEG_INFINITY } else { v };
                     if v >= t {
                         buf.push((v, (start + j) as u32));
@@ -218,7 +244,6 @@ fn top_k_pass(
         }
     }
     Scan::Done
-}
 }
 
 /// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
