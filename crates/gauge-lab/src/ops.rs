@@ -27,7 +27,7 @@
 //!   rows.
 
 use gauge_sampling::samplers::penalties::{
-    log_softmax_inplace, log_sum_exp_offset, penalize_seen, shifted_log_prob, PenaltyMode,
+    log_softmax_inplace, max_log_sum_exp, penalize_seen, shifted_log_prob, PenaltyMode,
 };
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
@@ -354,7 +354,7 @@ impl ShiftEval {
         }
         // A row without a finite max has no log-probabilities: the reference leaves it raw.
         let norm = if with_norm && max_all.is_finite() {
-            let l = log_sum_exp_offset(z, |&v| v + c, max_all);
+            let (_, l) = max_log_sum_exp(z, c);
             let g = |y: f32| shifted_log_prob(y, max_all, l);
             // ℓ is monotone in y, so the unseen max of ℓ is at the unseen max of y, except that
             // rounding may merge an earlier, slightly smaller y into the same ℓ: the first such

@@ -11,11 +11,11 @@
 //! * `unseen`: the first index of the maximum over tokens NOT in the seen set — the only token a
 //!   penalty can promote (gauge's two-sided predictor, [`super::predict`]);
 //! * `lse`: `ln Σ exp(z_i − z_top)`, summed by the `normalized` operator's own function
-//!   (gauge-sampling's `log_sum_exp_offset`), so the normalized log-probability of token i is
+//!   (gauge-sampling's `max_log_sum_exp`), so the normalized log-probability of token i is
 //!   `(z_i − z_top) − lse` up to the final f32 rounding.
 
 use crate::ops::SeenSet;
-use gauge_sampling::samplers::penalties::log_sum_exp_offset;
+use gauge_sampling::samplers::penalties::max_log_sum_exp;
 use gauge_sampling::TokenId;
 use serde::{Deserialize, Serialize};
 
@@ -53,7 +53,7 @@ pub fn row_facts(row: &[f32], seen: &SeenSet) -> RowFacts {
             unseen = Some((i, v));
         }
     }
-    let lse = log_sum_exp_offset(row, |&v| v, best.1) as f32;
+    let lse = max_log_sum_exp(row, 0.0).1 as f32;
     // Absent tokens carry the value 0 (never read: their id is −1).
     let (runner, z2) = second.map_or((-1, 0.0), |(i, v)| (i as TokenId, v));
     let (u, zu) = unseen.map_or((-1, 0.0), |(i, v)| (i as TokenId, v));
