@@ -268,10 +268,10 @@ fn heap_replay(
     use crate::sort::{adjust_heap, make_heap, sort_heap};
     let mut less = |a: &(f32, u32), b: &(f32, u32)| a.0 > b.0;
     let masked = |v: f32| if v < floor { f32::NEG_INFINITY } else { v };
-    // without transforms a raw entry bounds its value (a removed id's is -inf), and without an
-    // allowed set too it is the value
+    // without transforms an unedited entry's value is its raw entry (-inf for a removed id);
+    // under monotone ones it is the raw entry mapped
     let raw = upto == 0;
-    let plain = raw && ov.keep_mask().is_none();
+    let mono = ov.monotone_upto(upto);
     let mut vbuf = [0.0f32; CHUNK];
     buf.clear();
     // the array's first k entries, and the first id after them
@@ -311,17 +311,51 @@ fn heap_replay(
         if end <= after {
             return;
         }
-        if raw && !edited && masked(span_max(span, &mut ignore)) <= buf[0].0 {
+        // an unedited span's values are its raw entries under the pending maps, so under
+        // monotone maps (the log-softmax, a temperature) the map of its raw maximum bounds them
+        if (raw || mono) && !edited {
+            let m = match ov.keep_mask() {
+                None => span_max(span, &mut ignore),
+                // the kept entries' maximum: removed ids never enter, whatever their raw value
+                Some(words) => span_max_kept(span, start, words, &mut ignore),
+            };
+            let m = if raw { m } else { ov.map_upto(m, upto, row) };
+            if masked(m) <= buf[0].0 {
+                return;
+            }
+            // Only an entry whose value beats the top enters, and the top only rises, so the raw
+            // bar of the top as the span starts passes every entry that can: the rest are never
+            // mapped. The hits come in id order, as the scan would meet them.
+            let r = if raw {
+                buf[0].0
+            } else {
+                ov.raw_bar(buf[0].0, upto, row)
+            };
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                let bstart = start + i * CHUNK;
+                let mut hits = mask_ge(block, r, &mut ignore);
+                if let Some(words) = ov.keep_mask() {
+                    hits &= (words[bstart / 32] >> (bstart % 32)) & 0xFFFF;
+                }
+                while hits != 0 {
+                    let j = hits.trailing_zeros() as usize;
+                    hits &= hits - 1;
+                    let x = if raw {
+                        block[j]
+                    } else {
+                        ov.map_upto(block[j], upto, row)
+                    };
+                    let (v, id) = (masked(x), bstart + j);
+                    if id >= after && v > buf[0].0 {
+                        adjust_heap(buf, 0, k, (v, id as u32), &mut less);
+                    }
+                }
+            }
             return;
         }
-        let clean = plain && !edited;
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let bstart = start + i * CHUNK;
-            let vals = if clean {
-                block
-            } else {
-                ov.block_upto(row, bstart, block, edited, upto, &mut vbuf)
-            };
+            let vals = ov.block_upto(row, bstart, block, edited, upto, &mut vbuf);
             for (j, &x) in vals.iter().enumerate() {
                 let id = bstart + j;
                 let v = masked(x);

@@ -290,6 +290,8 @@ pub struct Penalties {
     counts: IdMap<u32>,
     /// The row's current values, when normalized mode must sum a row that already carries edits.
     values: Vec<f32>,
+    /// The current values before compaction, when earlier stages left edits or transforms.
+    scratch: Vec<f32>,
 }
 
 /// Build the stage as llama.cpp's init does (a `?penalties` placeholder when disabled).
@@ -311,6 +313,7 @@ impl Penalties {
             ring: VecDeque::new(),
             counts: IdMap::default(),
             values: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -409,9 +412,16 @@ impl Penalties {
         let values: &[f32] = if ov.keep_mask().is_some() {
             // an allowed set: the filled array holds only those entries, in id order, and the
             // max and log-sum-exp are over that array (its lanes too), so compact the values
-            ov.prepare();
-            current_values(row, ov, &mut self.values);
-            compact_where(&mut self.values, ov.keep_mask().unwrap_or_default());
+            // (`has_transforms` counts the allowed set itself, which the compaction applies)
+            if ov.has_edits() || ov.n_transforms() > 0 {
+                ov.prepare();
+                current_values(row, ov, &mut self.scratch);
+                let bits = ov.keep_mask().unwrap_or_default();
+                compact_where(&self.scratch, bits, &mut self.values);
+            } else {
+                let bits = ov.keep_mask().unwrap_or_default();
+                compact_where(row, bits, &mut self.values);
+            }
             &self.values
         } else if ov.has_edits() || ov.has_transforms() {
             ov.prepare();
@@ -447,32 +457,31 @@ impl Penalties {
     }
 }
 
-/// Keep the entries of `values` (one per id) whose bit is set in `bits`, in order; whole words of
-/// allowed ids move as one block.
-fn compact_where(values: &mut Vec<f32>, bits: &[u32]) {
+/// The entries of `values` (one per id) whose bit is set in `bits`, in order, into `out`; a run
+/// of whole words of allowed ids moves as one copy.
+fn compact_where(values: &[f32], bits: &[u32], out: &mut Vec<f32>) {
+    out.clear();
     let n = values.len();
-    let mut w = 0;
-    for (k, &word) in bits.iter().enumerate() {
+    let mut k = 0;
+    while k < bits.len() && k * 32 < n {
         let base = k * 32;
-        if base >= n {
-            break;
-        }
-        if word == u32::MAX && base + 32 <= n {
-            values.copy_within(base..base + 32, w);
-            w += 32;
+        if bits[k] == u32::MAX {
+            let run = bits[k..].iter().take_while(|&&w| w == u32::MAX).count();
+            let end = ((k + run) * 32).min(n);
+            out.extend_from_slice(&values[base..end]);
+            k += run;
             continue;
         }
-        let mut rest = word;
+        let mut rest = bits[k];
         while rest != 0 {
             let i = base + rest.trailing_zeros() as usize;
             rest &= rest - 1;
             if i < n {
-                values[w] = values[i];
-                w += 1;
+                out.push(values[i]);
             }
         }
+        k += 1;
     }
-    values.truncate(w);
 }
 
 impl Sampler for Penalties {
