@@ -16,6 +16,7 @@
 //! classifies, under an error bound checked exhaustively or derived in the docs, and the values that
 //! reach a probability are always computed the slow path's way.
 
+pub(crate) mod compact;
 pub(crate) mod lse;
 pub(crate) mod reduce;
 pub(crate) mod sorted_softmax;

@@ -58,6 +58,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::candidates::{Candidates, TokenData, TokenId};
+use crate::kernels::compact::compact_kept;
 use crate::kernels::lse::{data_max_lse, row_max_lse};
 use crate::kernels::reduce::current_values;
 use crate::overlay::{Overlay, Transform, MAX_TRANSFORMS};
@@ -417,10 +418,10 @@ impl Penalties {
                 ov.prepare();
                 current_values(row, ov, &mut self.scratch);
                 let bits = ov.keep_mask().unwrap_or_default();
-                compact_where(&self.scratch, bits, &mut self.values);
+                compact_kept(&self.scratch, bits, &mut self.values);
             } else {
                 let bits = ov.keep_mask().unwrap_or_default();
-                compact_where(row, bits, &mut self.values);
+                compact_kept(row, bits, &mut self.values);
             }
             &self.values
         } else if ov.has_edits() || ov.has_transforms() {
@@ -454,33 +455,6 @@ impl Penalties {
             }
         }
         true
-    }
-}
-
-/// The entries of `values` (one per id) whose bit is set in `bits`, in order, into `out`; a run
-/// of whole words of allowed ids moves as one copy.
-fn compact_where(values: &[f32], bits: &[u32], out: &mut Vec<f32>) {
-    out.clear();
-    let n = values.len();
-    let mut k = 0;
-    while k < bits.len() && k * 32 < n {
-        let base = k * 32;
-        if bits[k] == u32::MAX {
-            let run = bits[k..].iter().take_while(|&&w| w == u32::MAX).count();
-            let end = ((k + run) * 32).min(n);
-            out.extend_from_slice(&values[base..end]);
-            k += run;
-            continue;
-        }
-        let mut rest = bits[k];
-        while rest != 0 {
-            let i = base + rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            if i < n {
-                out.push(values[i]);
-            }
-        }
-        k += 1;
     }
 }
 
