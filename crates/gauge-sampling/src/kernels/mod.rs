@@ -85,33 +85,13 @@ pub(crate) fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize,
     }
 }
 
-/// Clean stretches are visited this many entries at a time by [`for_spans`].
+/// Clean stretches come this many entries at a time from [`spans`].
 const SPAN: usize = 16 * CHUNK;
 
-/// Like [`for_blocks`], but stretches without edits come as spans of up to [`SPAN`] entries (one
-/// reduction and one branch per span instead of per block); edited blocks come one by one.
-#[inline]
-pub(crate) fn for_spans(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize, &[f32], bool)) {
-    let edits = ov.edited_chunks();
-    let n = row.len();
-    let (mut k, mut start) = (0, 0);
-    while start < n {
-        let next = edits.get(k).map_or(n, |&c| (c as usize * CHUNK).min(n));
-        if next == start {
-            let end = (start + CHUNK).min(n);
-            visit(start, &row[start..end], true);
-            start = end;
-            k += 1;
-        } else {
-            let end = (start + SPAN).min(next);
-            visit(start, &row[start..end], false);
-            start = end;
-        }
-    }
-}
-
-/// The spans of [`for_spans`] as an iterator, for kernels that keep accumulators in registers
-/// across spans (a closure's captured state lives in memory between calls).
+/// The row as spans `(start, values, edited)`: stretches without edits up to [`SPAN`] entries at
+/// a time (one reduction and one branch per span instead of per block), edited blocks one by one
+/// (read those through the overlay). An iterator, not a visitor, so kernels keep accumulators in
+/// registers across spans (a closure's captured state lives in memory between calls).
 #[inline]
 pub(crate) fn spans<'a>(
     row: &'a [f32],

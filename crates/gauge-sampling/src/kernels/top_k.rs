@@ -2,7 +2,7 @@
 //! filling or sorting the array, or a refusal when the order would depend on tie-breaking it does
 //! not replay.
 
-use super::{any_bad, for_spans, mask_ge, span_max, span_max_kept, spans, Scan};
+use super::{any_bad, mask_ge, span_max, span_max_kept, spans, Scan};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -246,6 +246,7 @@ fn passes<const KEPT: bool>(
     Scan::Done
 }
 
+multiversion! {
 /// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
 /// current values (entries below `floor` read as -inf), replayed on the row without filling it:
 /// libstdc++'s heap-select makes a heap of the array's first `k` entries, then lets in, in array
@@ -306,10 +307,10 @@ fn heap_replay(
     };
     make_heap(buf, k, &mut less);
     let mut ignore = false;
-    for_spans(row, ov, |start, span, edited| {
+    for (start, span, edited) in spans(row, ov) {
         let end = start + span.len();
         if end <= after {
-            return;
+            continue;
         }
         // an unedited span's values are its raw entries under the pending maps, so under
         // monotone maps (the log-softmax, a temperature) the map of its raw maximum bounds them
@@ -321,7 +322,7 @@ fn heap_replay(
             };
             let m = if raw { m } else { ov.map_upto(m, upto, row) };
             if masked(m) <= buf[0].0 {
-                return;
+                continue;
             }
             // Only an entry whose value beats the top enters, and the top only rises, so the raw
             // bar of the top as the span starts passes every entry that can: the rest are never
@@ -351,7 +352,7 @@ fn heap_replay(
                     }
                 }
             }
-            return;
+            continue;
         }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let bstart = start + i * CHUNK;
@@ -364,9 +365,10 @@ fn heap_replay(
                 }
             }
         }
-    });
+    }
     sort_heap(buf, k, &mut less);
     Scan::Done
+}
 }
 
 #[cfg(test)]
