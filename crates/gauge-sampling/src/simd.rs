@@ -93,8 +93,8 @@ crate::simd::multiversion! {
 /// One read of a row at the current `level`: its largest entry, the loop the row kernels'
 /// first pass makes. `gauge bench sampling` times it as the `one-read` row, the floor every
 /// chain that reads the whole row is measured against.
-pub fn one_read(row: &[f32]) -> f32 {
-    crate::kernels::span_max(row, &mut false)
+pub fn one_read<I>(row: &[f32]) -> f32 {
+    I::span_max(row, &mut false)
 }
 }
 
@@ -157,7 +157,41 @@ pub mod testing {
 /// Define `pub fn $name(args) -> R` that runs `$body` compiled for the best [`level`] (the body is
 /// an `#[inline(always)]` function, so it and the helpers it inlines are compiled once per level
 /// and the compiler vectorises each for its instruction set).
+///
+/// The generic form, `fn name<I>(..)`, also hands the body its level as a type
+/// (`kernels::mask::Isa`), for the primitives the compiler does not find on its own (a compare
+/// into a bit mask).
 macro_rules! multiversion {
+    (
+        $(#[$m:meta])*
+        $vis:vis fn $name:ident<$isa:ident>($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block
+    ) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[inline(always)]
+            fn body<$isa: $crate::kernels::mask::Isa>($($arg: $ty),*) -> $ret $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+                fn v4($($arg: $ty),*) -> $ret { body::<$crate::kernels::mask::Avx512>($($arg),*) }
+                #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+                fn v3($($arg: $ty),*) -> $ret { body::<$crate::kernels::mask::Avx2>($($arg),*) }
+                let l = $crate::simd::level();
+                $crate::simd::count(l);
+                match l {
+                    // SAFETY: `level()` only returns a level `supported()` found on this CPU
+                    // (`testing::force` refuses others), so the enabled features are present.
+                    $crate::simd::Level::Avx512 => return unsafe { v4($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::simd::Level::Avx2 => return unsafe { v3($($arg),*) },
+                    $crate::simd::Level::Baseline => {}
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            $crate::simd::count($crate::simd::Level::Baseline);
+            body::<$crate::kernels::mask::Portable>($($arg),*)
+        }
+    };
     (
         $(#[$m:meta])*
         $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block

@@ -18,6 +18,7 @@
 
 pub(crate) mod compact;
 pub(crate) mod lse;
+pub(crate) mod mask;
 pub(crate) mod reduce;
 pub(crate) mod sorted_softmax;
 pub(crate) mod top_k;

@@ -1,0 +1,261 @@
+//! `x >= t` over a block of 16 entries as a bit mask (bit `j` for entry `j`), the test every
+//! second pass makes per block. Written portably, the compiler ORs sixteen shifted compares
+//! together (a horizontal reduction per block); each level here is one vector compare and one
+//! mask move, which is what makes a pass over hot spans cost about a read. A comparison is exact,
+//! so every level gives the same mask.
+//!
+//! The kernels take the level as a type (`multiversion!`'s generic form): the body compiled for
+//! AVX-512 calls [`Avx512::mask_ge`], and so on, with no dispatch per block.
+
+/// An instruction-set level's block primitives.
+pub(crate) trait Isa {
+    /// Bit `j` set when `block[j] >= t` (false for NaN), for `block.len() <= 16`.
+    fn mask_ge(block: &[f32], t: f32) -> u32;
+
+    /// [`super::span_max`]'s value (the sign of a zero maximum aside: a tree may pick either
+    /// zero) and NaN/+inf flag, for callers that only compare the maximum.
+    #[inline(always)]
+    fn span_max(span: &[f32], bad: &mut bool) -> f32 {
+        super::span_max(span, bad)
+    }
+}
+
+/// Any block: the portable loop (what every level runs on a short tail block).
+#[inline(always)]
+fn mask_ge_scalar(block: &[f32], t: f32) -> u32 {
+    block
+        .iter()
+        .enumerate()
+        .fold(0, |m, (j, &x)| m | ((x >= t) as u32) << j)
+}
+
+/// The baseline level: SSE2 on x86_64 (four compares and four mask moves), the loop elsewhere.
+pub(crate) struct Portable;
+
+impl Isa for Portable {
+    #[inline(always)]
+    fn mask_ge(block: &[f32], t: f32) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        if block.len() == 16 {
+            use std::arch::x86_64::{_mm_cmpge_ps, _mm_loadu_ps, _mm_movemask_ps, _mm_set1_ps};
+            // SAFETY: SSE2 is part of x86_64; the four loads read the block's 16 entries.
+            return unsafe {
+                let tt = _mm_set1_ps(t);
+                let mut m = 0u32;
+                for q in 0..4 {
+                    let v = _mm_loadu_ps(block.as_ptr().add(4 * q));
+                    m |= (_mm_movemask_ps(_mm_cmpge_ps(v, tt)) as u32) << (4 * q);
+                }
+                m
+            };
+        }
+        mask_ge_scalar(block, t)
+    }
+}
+
+/// AVX2: two 8-lane compares and mask moves. Only used by bodies compiled with AVX2 enabled.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Avx2 {
+    #[inline(always)]
+    fn mask_ge(block: &[f32], t: f32) -> u32 {
+        use std::arch::x86_64::{
+            _mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ,
+        };
+        if block.len() != 16 {
+            return mask_ge_scalar(block, t);
+        }
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
+        // the two loads read the block's 16 entries.
+        unsafe {
+            let tt = _mm256_set1_ps(t);
+            let p = block.as_ptr();
+            let lo = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_loadu_ps(p), tt));
+            let hi = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_loadu_ps(p.add(8)), tt));
+            lo as u32 | (hi as u32) << 8
+        }
+    }
+}
+
+/// AVX-512: one compare into a mask register. Only used by bodies compiled with AVX-512 enabled.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Avx512 {
+    #[inline(always)]
+    fn mask_ge(block: &[f32], t: f32) -> u32 {
+        use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_set1_ps, _CMP_GE_OQ};
+        if block.len() != 16 {
+            return mask_ge_scalar(block, t);
+        }
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
+        // AVX-512; the load reads the block's 16 entries.
+        unsafe {
+            _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_loadu_ps(block.as_ptr()), _mm512_set1_ps(t))
+                as u32
+        }
+    }
+
+    /// Two accumulators of `vmaxps` (an entry that is not greater, NaN included, leaves the lane
+    /// as it is, as the portable loop's `if x > a`), the NaN/+inf test as one compare into a mask
+    /// register (`!(x <= MAX)`; the portable loop widens it to a lane and ORs, three operations
+    /// more per vector), one tree reduction at the end.
+    #[inline(always)]
+    fn span_max(span: &[f32], bad: &mut bool) -> f32 {
+        use std::arch::x86_64::{
+            _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_max_ps, _mm512_reduce_max_ps,
+            _mm512_set1_ps, _CMP_NLE_UQ,
+        };
+        let whole = span.len() / 32 * 32;
+        let (mut m, mut b) = (f32::NEG_INFINITY, false);
+        for &x in &span[whole..] {
+            m = if x > m { x } else { m };
+            b |= super::is_bad(x);
+        }
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
+        // AVX-512; each step loads entries `i..i + 32` with `i + 32 <= whole <= span.len()`.
+        let (top, flags) = unsafe {
+            let p = span.as_ptr();
+            let big = _mm512_set1_ps(f32::MAX);
+            let mut a0 = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut a1 = a0;
+            let mut flags = 0u16;
+            for i in (0..whole).step_by(32) {
+                let x0 = _mm512_loadu_ps(p.add(i));
+                let x1 = _mm512_loadu_ps(p.add(i + 16));
+                a0 = _mm512_max_ps(x0, a0);
+                a1 = _mm512_max_ps(x1, a1);
+                flags |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x0, big)
+                    | _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x1, big);
+            }
+            (_mm512_reduce_max_ps(_mm512_max_ps(a1, a0)), flags)
+        };
+        *bad |= b | (flags != 0);
+        if top > m {
+            top
+        } else {
+            m
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::multiversion;
+
+    multiversion! {
+        /// The mask at the dispatched level.
+        fn dispatched<I>(block: &[f32], t: f32) -> u32 {
+            I::mask_ge(block, t)
+        }
+    }
+
+    multiversion! {
+        /// The span maximum and flag at the dispatched level.
+        fn dispatched_max<I>(span: &[f32]) -> (f32, bool) {
+            let mut bad = false;
+            let m = I::span_max(span, &mut bad);
+            (m, bad)
+        }
+    }
+
+    /// Every level's span maximum against the portable loop, forced one by one: every length up
+    /// to 100 and a few spans, the maximum in the vector part and in the tail, NaN and +inf in
+    /// either part (flagged), `-inf` entries and an all-`-inf` span (no flag).
+    #[test]
+    fn every_level_gives_the_portable_span_max_and_flag() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for len in (0..=100usize).chain([256, 255, 287, 1024]) {
+                for case in 0..8 {
+                    let mut span: Vec<f32> = (0..len)
+                        .map(|_| (next() % 2000) as f32 / 100.0 - 10.0)
+                        .collect();
+                    if len > 0 {
+                        let at = (next() % len as u64) as usize;
+                        span[at] = match case {
+                            0 => f32::NAN,
+                            1 => f32::INFINITY,
+                            2 => f32::NEG_INFINITY,
+                            3 => 50.0,
+                            _ => span[at],
+                        };
+                        if case == 4 {
+                            span.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                        }
+                    }
+                    let mut bad = false;
+                    let want = super::super::span_max(&span, &mut bad);
+                    let (got, got_bad) = dispatched_max(&span);
+                    assert_eq!(got, want, "{} len={len} case={case}", level.name());
+                    assert_eq!(got_bad, bad, "{} len={len} case={case}", level.name());
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
+
+    /// Every level against the scalar loop, forced one by one: blocks of every length up to 16,
+    /// values equal to the bar, signed zeros, infinities and NaN (never set).
+    #[test]
+    fn every_level_gives_the_scalar_mask() {
+        let special = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            let before = crate::simd::testing::runs()[level as usize];
+            let mut calls = 0;
+            for len in 0..=16usize {
+                for trial in 0..64 {
+                    let block: Vec<f32> = (0..len)
+                        .map(|_| {
+                            s ^= s << 13;
+                            s ^= s >> 7;
+                            s ^= s << 17;
+                            special[(s % 7) as usize] * if trial % 2 == 0 { 1.0 } else { 0.5 }
+                        })
+                        .collect();
+                    for t in [
+                        0.0f32,
+                        -0.0,
+                        0.5,
+                        1.0,
+                        f32::INFINITY,
+                        f32::NEG_INFINITY,
+                        f32::NAN,
+                    ] {
+                        let got = dispatched(&block, t);
+                        calls += 1;
+                        assert_eq!(
+                            got,
+                            mask_ge_scalar(&block, t),
+                            "{} {block:?} >= {t}",
+                            level.name()
+                        );
+                    }
+                }
+            }
+            assert_eq!(crate::simd::testing::runs()[level as usize] - before, calls);
+        }
+        crate::simd::testing::force(None);
+    }
+}
