@@ -12,6 +12,14 @@ pub(crate) trait Isa {
     /// Bit `j` set when `block[j] >= t` (false for NaN), for `block.len() <= 16`.
     fn mask_ge(block: &[f32], t: f32) -> u32;
 
+    /// Bit `j` set when `group[j] >= t`, for `group.len() <= 64`: [`Isa::mask_ge`] per 16.
+    #[inline(always)]
+    fn mask_ge64(group: &[f32], t: f32) -> u64 {
+        group.chunks(16).enumerate().fold(0, |m, (i, b)| {
+            m | u64::from(Self::mask_ge(b, t)) << (16 * i)
+        })
+    }
+
     /// [`super::span_max`]'s value (the sign of a zero maximum aside: a tree may pick either
     /// zero) and NaN/+inf flag, for callers that only compare the maximum.
     #[inline(always)]
@@ -200,6 +208,44 @@ mod tests {
                     let (got, got_bad) = dispatched_max(&span);
                     assert_eq!(got, want, "{} len={len} case={case}", level.name());
                     assert_eq!(got_bad, bad, "{} len={len} case={case}", level.name());
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
+
+    multiversion! {
+        /// The 64-entry mask at the dispatched level.
+        fn dispatched64<I>(group: &[f32], t: f32) -> u64 {
+            I::mask_ge64(group, t)
+        }
+    }
+
+    /// The 64-entry mask on every level, against the scalar test of each entry: every length up
+    /// to 64, hits in each of the four blocks and none past the group.
+    #[test]
+    fn every_level_gives_the_64_entry_mask() {
+        let mut s = 0x5DEE_CE66_D1CE_4E5Bu64;
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for len in 0..=64usize {
+                for _ in 0..16 {
+                    let group: Vec<f32> = (0..len)
+                        .map(|_| {
+                            s ^= s << 13;
+                            s ^= s >> 7;
+                            s ^= s << 17;
+                            (s % 41) as f32 - 20.0
+                        })
+                        .collect();
+                    for t in [-25.0f32, 0.0, 15.0, 19.0, f32::NAN] {
+                        let want = group
+                            .iter()
+                            .enumerate()
+                            .fold(0u64, |m, (j, &x)| m | u64::from(x >= t) << j);
+                        let got = dispatched64(&group, t);
+                        assert_eq!(got, want, "{} len={len} t={t}", level.name());
+                    }
                 }
             }
         }

@@ -7,6 +7,18 @@ use super::{any_bad, span_max_kept, spans, Scan};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
+/// top-k's second pass tests an unedited span this many entries at a time.
+const GROUP: usize = 4 * CHUNK;
+
+/// The allowed set's bits for the 64 ids from `start` (a multiple of `CHUNK`); ids past the set
+/// are removed.
+#[inline(always)]
+fn keep_bits64(words: &[u32], start: usize) -> u64 {
+    let w = start / 32;
+    let word = |i: usize| u128::from(words.get(w + i).copied().unwrap_or(0));
+    ((word(0) | word(1) << 32 | word(2) << 64) >> (start % 32)) as u64
+}
+
 /// One span of `top_k_unique`'s first pass: `(max, start, len, edited)`.
 type SpanInfo = (f32, u32, u32, bool);
 
@@ -230,7 +242,7 @@ fn passes<const KEPT: bool, I: Isa>(
         maxes.select_nth_unstable(k - 1);
         t = t.max(from_order_key(!maxes[k - 1]));
     }
-    let cap = (4 * k).max(64) + CHUNK;
+    let cap = (4 * k).max(64) + GROUP;
     // the bar on raw entries of unedited spans (`t` itself when nothing is pending)
     let mut raw_t = if plain { t } else { ov.raw_bar(t, upto, row) };
     for &(m, start, len, edited) in info.iter() {
@@ -240,12 +252,15 @@ fn passes<const KEPT: bool, I: Isa>(
         let (start, len) = (start as usize, len as usize);
         let span = &row[start..start + len];
         let clean = (plain || mono) && !edited;
-        for (i, block) in span.chunks(CHUNK).enumerate() {
-            let start = start + i * CHUNK;
+        // an unedited span in groups of 64 (one mask each: most groups hold no hit), an edited
+        // block through the overlay
+        let step = if clean { GROUP } else { CHUNK };
+        for (i, block) in span.chunks(step).enumerate() {
+            let start = start + i * step;
             if clean {
-                let mut hits = I::mask_ge(block, raw_t);
+                let mut hits = I::mask_ge64(block, raw_t);
                 if let Some(words) = keep {
-                    hits &= (words[start / 32] >> (start % 32)) & 0xFFFF;
+                    hits &= keep_bits64(words, start);
                 }
                 while hits != 0 {
                     let j = hits.trailing_zeros() as usize;
@@ -413,6 +428,24 @@ fn heap_replay<I>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 64 bits from every block start, against bit-by-bit reads, with sets of one to four
+    /// words (ids past the set read as removed).
+    #[test]
+    fn keep_bits64_reads_the_64_ids_from_the_start() {
+        let words = [0x8000_0001u32, 0xDEAD_BEEF, 0x0F0F_F0F0, 0x1234_5678];
+        for len in 1..=words.len() {
+            let set = &words[..len];
+            for start in (0..len * 32).step_by(CHUNK) {
+                let want = (0..64).fold(0u64, |m, j| {
+                    let id = start + j;
+                    let bit = set.get(id / 32).map_or(0, |w| w >> (id % 32) & 1);
+                    m | u64::from(bit) << j
+                });
+                assert_eq!(keep_bits64(set, start), want, "len={len} start={start}");
+            }
+        }
+    }
     use crate::kernels::testing::row_with_edits;
 
     /// llama.cpp's top-k on the filled array: `(logit, id)` of the kept entries, in order.
