@@ -26,6 +26,12 @@ pub(crate) trait Isa {
     fn span_max(span: &[f32], bad: &mut bool) -> f32 {
         super::span_max(span, bad)
     }
+
+    /// [`super::span_max_kept`]'s value (the sign of a zero maximum aside) and flag.
+    #[inline(always)]
+    fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
+        super::span_max_kept(span, start, words, bad)
+    }
 }
 
 /// Any block: the portable loop (what every level runs on a short tail block).
@@ -148,6 +154,42 @@ impl Isa for Avx512 {
             m
         }
     }
+
+    /// [`Avx512::span_max`] with the allowed set's 16 bits of each block as the write mask of
+    /// its `vmaxps` (a removed entry leaves the lane as it is, as the portable loop's `-inf`).
+    #[inline(always)]
+    fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
+        use std::arch::x86_64::{
+            _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_reduce_max_ps,
+            _mm512_set1_ps, _CMP_NLE_UQ,
+        };
+        let whole = span.len() / 16 * 16;
+        let mut b = false;
+        // the tail, as the portable loop reads it
+        let m = super::span_max_kept(&span[whole..], start + whole, words, &mut b);
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
+        // AVX-512; each step loads entries `i..i + 16` with `i + 16 <= whole <= span.len()`.
+        let (top, flags) = unsafe {
+            let p = span.as_ptr();
+            let big = _mm512_set1_ps(f32::MAX);
+            let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut flags = 0u16;
+            for i in (0..whole).step_by(16) {
+                let s = start + i;
+                let kept = (words[s / 32] >> (s % 32)) as u16;
+                let x = _mm512_loadu_ps(p.add(i));
+                acc = _mm512_mask_max_ps(acc, kept, x, acc);
+                flags |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, big);
+            }
+            (_mm512_reduce_max_ps(acc), flags)
+        };
+        *bad |= b | (flags != 0);
+        if top > m {
+            top
+        } else {
+            m
+        }
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +287,64 @@ mod tests {
                             .fold(0u64, |m, (j, &x)| m | u64::from(x >= t) << j);
                         let got = dispatched64(&group, t);
                         assert_eq!(got, want, "{} len={len} t={t}", level.name());
+                    }
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
+
+    multiversion! {
+        /// The allowed entries' maximum and flag at the dispatched level.
+        fn dispatched_max_kept<I>(span: &[f32], start: usize, words: &[u32]) -> (f32, bool) {
+            let mut bad = false;
+            let m = I::span_max_kept(span, start, words, &mut bad);
+            (m, bad)
+        }
+    }
+
+    /// Every level's maximum over an allowed set against the portable loop: spans starting at
+    /// every block of a word, every length up to 100, sets with no, some and all bits, the
+    /// maximum removed or kept, NaN and +inf flagged wherever they sit (removed ones too).
+    #[test]
+    fn every_level_gives_the_portable_kept_max_and_flag() {
+        let mut s = 0xA076_1D64_78BD_642Fu64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for start in [0usize, 16, 32, 48] {
+                for len in (0..=100usize).chain([256, 272]) {
+                    for case in 0..6 {
+                        let words: Vec<u32> = (0..(start + len).div_ceil(32) + 1)
+                            .map(|_| match case {
+                                0 => 0,
+                                1 => u32::MAX,
+                                _ => next() as u32,
+                            })
+                            .collect();
+                        let mut span: Vec<f32> = (0..len)
+                            .map(|_| (next() % 2000) as f32 / 100.0 - 10.0)
+                            .collect();
+                        if len > 0 {
+                            let at = (next() % len as u64) as usize;
+                            span[at] = match case {
+                                2 => f32::NAN,
+                                3 => f32::INFINITY,
+                                4 => 50.0,
+                                _ => span[at],
+                            };
+                        }
+                        let mut bad = false;
+                        let want = super::super::span_max_kept(&span, start, &words, &mut bad);
+                        let (got, got_bad) = dispatched_max_kept(&span, start, &words);
+                        let at = format!("{} start={start} len={len} case={case}", level.name());
+                        assert_eq!(got, want, "{at}");
+                        assert_eq!(got_bad, bad, "{at}");
                     }
                 }
             }

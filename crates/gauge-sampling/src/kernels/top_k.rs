@@ -3,7 +3,7 @@
 //! not replay.
 
 use super::mask::Isa;
-use super::{any_bad, span_max_kept, spans, Scan};
+use super::{any_bad, spans, Scan};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -210,7 +210,7 @@ fn passes<const KEPT: bool, I: Isa>(
     for (start, span, edited) in spans(row, ov) {
         let raw_max = |bad: &mut bool| match keep {
             None => I::span_max(span, bad),
-            Some(words) => span_max_kept(span, start, words, bad),
+            Some(words) => I::span_max_kept(span, start, words, bad),
         };
         let m = if plain && !edited {
             raw_max(&mut bad)
@@ -372,7 +372,7 @@ fn heap_replay<I>(
             let m = match ov.keep_mask() {
                 None => I::span_max(span, &mut ignore),
                 // the kept entries' maximum: removed ids never enter, whatever their raw value
-                Some(words) => span_max_kept(span, start, words, &mut ignore),
+                Some(words) => I::span_max_kept(span, start, words, &mut ignore),
             };
             let m = if raw { m } else { ov.map_upto(m, upto, row) };
             if masked(m) <= buf[0].0 {
