@@ -92,16 +92,21 @@ fn lse_body<T>(items: &[T], get: impl Fn(&T) -> f32) -> (f32, f64) {
     const LANES: usize = 16;
     let mut acc = [0.0f64; LANES];
     let mut max = f32::NEG_INFINITY;
-    let mut t = [0.0f32; BLOCK];
     let blocks = items.chunks_exact(BLOCK);
     let rest = blocks.remainder();
     for block in blocks {
-        for (v, x) in t.iter_mut().zip(block) {
-            *v = get(x);
+        // the block as four groups of 16 lanes (one array per group, not one of 64: indexing a
+        // 64-array at `j + 16`, `j + 32`.. made the compiler spill it to the stack and reload it
+        // across store boundaries, at half the speed)
+        let mut t = [[0.0f32; LANES]; BLOCK / LANES];
+        for (g, src) in t.iter_mut().zip(block.chunks_exact(LANES)) {
+            for (v, x) in g.iter_mut().zip(src) {
+                *v = get(x);
+            }
         }
         let mut lanes = [f32::NEG_INFINITY; LANES];
-        for group in t.chunks_exact(LANES) {
-            for (m, &v) in lanes.iter_mut().zip(group) {
+        for g in &t {
+            for (m, &v) in lanes.iter_mut().zip(g) {
                 *m = if v > *m { v } else { *m };
             }
         }
@@ -116,16 +121,19 @@ fn lse_body<T>(items: &[T], get: impl Fn(&T) -> f32) -> (f32, f64) {
         let grouped = lanes
             .iter()
             .fold(true, |g, &m| g & (m - max <= GROUPED_BELOW));
-        for v in t.iter_mut() {
-            *v = exp_nonpos(*v - max);
+        for g in t.iter_mut() {
+            for v in g.iter_mut() {
+                *v = exp_nonpos(*v - max);
+            }
         }
+        let [t0, t1, t2, t3] = &t;
         if grouped {
             for (j, a) in acc.iter_mut().enumerate() {
-                *a += f64::from((t[j] + t[j + 16]) + (t[j + 32] + t[j + 48]));
+                *a += f64::from((t0[j] + t1[j]) + (t2[j] + t3[j]));
             }
         } else {
-            for group in t.chunks_exact(LANES) {
-                for (a, &e) in acc.iter_mut().zip(group) {
+            for g in &t {
+                for (a, &e) in acc.iter_mut().zip(g) {
                     *a += f64::from(e);
                 }
             }
