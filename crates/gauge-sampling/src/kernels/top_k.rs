@@ -137,7 +137,7 @@ fn from_order_key(k: u32) -> f32 {
 }
 
 /// `buf` by value descending (`total_cmp`), then id ascending, as one `u64` key per entry: a
-/// primitive sort, about twice as fast as a comparator on the ~50 entries top-k collects.
+/// primitive sort instead of a comparator's (the default chain 5 % faster at 49,152).
 fn sort_by_value_desc(buf: &mut [(f32, u32)]) {
     KEYS.with(|keys| {
         let mut keys = keys.borrow_mut();
@@ -428,6 +428,52 @@ fn heap_replay<I>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testing::row_with_edits;
+
+    /// `order_key` orders as `total_cmp` and gives back the same bits, on the values that tell
+    /// orders apart: signed zeros, infinities, subnormals, NaNs of both signs.
+    #[test]
+    fn order_keys_order_as_total_cmp_and_round_trip() {
+        let v = [
+            f32::NEG_INFINITY,
+            -f32::MAX,
+            -1.5,
+            -f32::MIN_POSITIVE,
+            -1e-45,
+            -0.0,
+            0.0,
+            1e-45,
+            f32::MIN_POSITIVE,
+            1.5,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ];
+        for &a in &v {
+            assert_eq!(from_order_key(order_key(a)).to_bits(), a.to_bits(), "{a}");
+            for &b in &v {
+                assert_eq!(order_key(a).cmp(&order_key(b)), a.total_cmp(&b), "{a} {b}");
+            }
+        }
+        let mut buf = vec![
+            (0.0, 7),
+            (-0.0, 3),
+            (2.0, 9),
+            (2.0, 1),
+            (f32::NEG_INFINITY, 0),
+        ];
+        sort_by_value_desc(&mut buf);
+        let want = [
+            (2.0, 1),
+            (2.0, 9),
+            (0.0, 7),
+            (-0.0, 3),
+            (f32::NEG_INFINITY, 0),
+        ];
+        let bits = |b: &[(f32, u32)]| b.iter().map(|e| (e.0.to_bits(), e.1)).collect::<Vec<_>>();
+        assert_eq!(bits(&buf), bits(&want));
+    }
 
     /// The 64 bits from every block start, against bit-by-bit reads, with sets of one to four
     /// words (ids past the set read as removed).
@@ -446,7 +492,6 @@ mod tests {
             }
         }
     }
-    use crate::kernels::testing::row_with_edits;
 
     /// llama.cpp's top-k on the filled array: `(logit, id)` of the kept entries, in order.
     fn slow_top_k(full: &[f32], k: usize, floor: f32) -> Vec<(f32, u32)> {
