@@ -192,34 +192,14 @@ macro_rules! multiversion {
             body::<$crate::kernels::mask::Portable>($($arg),*)
         }
     };
+    // the plain form: the generic one with a level type the body does not use
     (
         $(#[$m:meta])*
         $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block
     ) => {
-        $(#[$m])*
-        $vis fn $name($($arg: $ty),*) -> $ret {
-            #[inline(always)]
-            fn body($($arg: $ty),*) -> $ret $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-                fn v4($($arg: $ty),*) -> $ret { body($($arg),*) }
-                #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-                fn v3($($arg: $ty),*) -> $ret { body($($arg),*) }
-                let l = $crate::simd::level();
-                $crate::simd::count(l);
-                match l {
-                    // SAFETY: `level()` only returns a level `supported()` found on this CPU
-                    // (`testing::force` refuses others), so the enabled features are present.
-                    $crate::simd::Level::Avx512 => return unsafe { v4($($arg),*) },
-                    // SAFETY: as above.
-                    $crate::simd::Level::Avx2 => return unsafe { v3($($arg),*) },
-                    $crate::simd::Level::Baseline => {}
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            $crate::simd::count($crate::simd::Level::Baseline);
-            body($($arg),*)
+        $crate::simd::multiversion! {
+            $(#[$m])*
+            $vis fn $name<UnusedIsa>($($arg: $ty),*) -> $ret $body
         }
     };
 }

@@ -34,15 +34,6 @@ pub(crate) trait Isa {
     }
 }
 
-/// Any block: the portable loop (what every level runs on a short tail block).
-#[inline(always)]
-fn mask_ge_scalar(block: &[f32], t: f32) -> u32 {
-    block
-        .iter()
-        .enumerate()
-        .fold(0, |m, (j, &x)| m | ((x >= t) as u32) << j)
-}
-
 /// The baseline level: SSE2 on x86_64 (four compares and four mask moves), the loop elsewhere.
 pub(crate) struct Portable;
 
@@ -63,7 +54,7 @@ impl Isa for Portable {
                 m
             };
         }
-        mask_ge_scalar(block, t)
+        super::mask_ge(block, t, &mut false)
     }
 }
 
@@ -79,7 +70,7 @@ impl Isa for Avx2 {
             _mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ,
         };
         if block.len() != 16 {
-            return mask_ge_scalar(block, t);
+            return super::mask_ge(block, t, &mut false);
         }
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
         // the two loads read the block's 16 entries.
@@ -103,7 +94,7 @@ impl Isa for Avx512 {
     fn mask_ge(block: &[f32], t: f32) -> u32 {
         use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_set1_ps, _CMP_GE_OQ};
         if block.len() != 16 {
-            return mask_ge_scalar(block, t);
+            return super::mask_ge(block, t, &mut false);
         }
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
         // AVX-512; the load reads the block's 16 entries.
@@ -194,8 +185,8 @@ impl Isa for Avx512 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::simd::multiversion;
+    use crate::synth::SplitMix64;
 
     multiversion! {
         /// The mask at the dispatched level.
@@ -218,13 +209,8 @@ mod tests {
     /// either part (flagged), `-inf` entries and an all-`-inf` span (no flag).
     #[test]
     fn every_level_gives_the_portable_span_max_and_flag() {
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut g = SplitMix64(1);
+        let mut next = move || g.next_u64();
         for level in crate::simd::available() {
             crate::simd::testing::force(Some(level));
             for len in (0..=100usize).chain([256, 255, 287, 1024]) {
@@ -267,18 +253,13 @@ mod tests {
     /// to 64, hits in each of the four blocks and none past the group.
     #[test]
     fn every_level_gives_the_64_entry_mask() {
-        let mut s = 0x5DEE_CE66_D1CE_4E5Bu64;
+        let mut g = SplitMix64(3);
         for level in crate::simd::available() {
             crate::simd::testing::force(Some(level));
             for len in 0..=64usize {
                 for _ in 0..16 {
                     let group: Vec<f32> = (0..len)
-                        .map(|_| {
-                            s ^= s << 13;
-                            s ^= s >> 7;
-                            s ^= s << 17;
-                            (s % 41) as f32 - 20.0
-                        })
+                        .map(|_| (g.next_u64() % 41) as f32 - 20.0)
                         .collect();
                     for t in [-25.0f32, 0.0, 15.0, 19.0, f32::NAN] {
                         let want = group
@@ -308,13 +289,8 @@ mod tests {
     /// maximum removed or kept, NaN and +inf flagged wherever they sit (removed ones too).
     #[test]
     fn every_level_gives_the_portable_kept_max_and_flag() {
-        let mut s = 0xA076_1D64_78BD_642Fu64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut g = SplitMix64(2);
+        let mut next = move || g.next_u64();
         for level in crate::simd::available() {
             crate::simd::testing::force(Some(level));
             for start in [0usize, 16, 32, 48] {
@@ -365,7 +341,7 @@ mod tests {
             f32::NEG_INFINITY,
             f32::NAN,
         ];
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut g = SplitMix64(4);
         for level in crate::simd::available() {
             crate::simd::testing::force(Some(level));
             let before = crate::simd::testing::runs()[level as usize];
@@ -374,10 +350,8 @@ mod tests {
                 for trial in 0..64 {
                     let block: Vec<f32> = (0..len)
                         .map(|_| {
-                            s ^= s << 13;
-                            s ^= s >> 7;
-                            s ^= s << 17;
-                            special[(s % 7) as usize] * if trial % 2 == 0 { 1.0 } else { 0.5 }
+                            let x = special[(g.next_u64() % 7) as usize];
+                            x * if trial % 2 == 0 { 1.0 } else { 0.5 }
                         })
                         .collect();
                     for t in [
@@ -393,7 +367,7 @@ mod tests {
                         calls += 1;
                         assert_eq!(
                             got,
-                            mask_ge_scalar(&block, t),
+                            super::super::mask_ge(&block, t, &mut false),
                             "{} {block:?} >= {t}",
                             level.name()
                         );
