@@ -15,6 +15,32 @@ pub(crate) enum SigmaBand {
     Invalid,
 }
 
+/// Lanes of [`sigma_band`]'s accumulators: 4 accumulators x 8 lanes fit the 16 SSE registers.
+const L: usize = 8;
+
+/// One block of 16 values into the lane sums, sums of squares, maxima and minima (entry `j` of
+/// each half into lane `j`). NaN and +inf pass through and poison the sums (checked once at the
+/// end); -inf adds nothing and shows in the lane minimum.
+#[inline(always)]
+fn add_block(
+    vals: &[f32],
+    l1: &mut [f32; L],
+    l2: &mut [f32; L],
+    lm: &mut [f32; L],
+    ln: &mut [f32; L],
+) {
+    for half in vals.chunks_exact(L) {
+        for j in 0..L {
+            let y = half[j];
+            let z = if y == f32::NEG_INFINITY { 0.0 } else { y };
+            l1[j] += z;
+            l2[j] += z * z;
+            lm[j] = if y > lm[j] { y } else { lm[j] };
+            ln[j] = if y < ln[j] { y } else { ln[j] };
+        }
+    }
+}
+
 crate::simd::multiversion! {
 /// A rigorous interval around top-n-sigma's exact `cut` (`ops::top_n_sigma_cut` over the current
 /// values, in id order), from one vectorised pass.
@@ -41,7 +67,6 @@ crate::simd::multiversion! {
 pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
     const U: f64 = 1.0 / 16_777_216.0; // 2^-24
     const R: f64 = 4.0 * U; // 2^-22: one rounding, generously
-    const L: usize = 8; // lanes: 4 accumulators x 8 lanes fit the 16 SSE registers
     let plain = !ov.has_transforms();
     let mut bad = false;
     let mut cnt = 0u64;
@@ -59,16 +84,7 @@ pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
             0
         };
         for c in span[..fast].chunks_exact(CHUNK) {
-            for h in 0..2 {
-                for j in 0..L {
-                    let y = c[h * L + j];
-                    let z = if y == f32::NEG_INFINITY { 0.0 } else { y };
-                    l1[j] += z;
-                    l2[j] += z * z;
-                    lm[j] = if y > lm[j] { y } else { lm[j] };
-                    ln[j] = if y < ln[j] { y } else { ln[j] };
-                }
-            }
+            add_block(c, &mut l1, &mut l2, &mut lm, &mut ln);
         }
         for (i, block) in span[fast..].chunks(CHUNK).enumerate() {
             let i = i + fast / CHUNK;
@@ -90,18 +106,7 @@ pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
                     &pad
                 }
             };
-            for h in 0..2 {
-                for j in 0..L {
-                    let y = vals[h * L + j];
-                    // NaN and +inf pass through and poison the sums (checked once at the end);
-                    // -inf adds nothing and shows in the lane minimum
-                    let z = if y == f32::NEG_INFINITY { 0.0 } else { y };
-                    l1[j] += z;
-                    l2[j] += z * z;
-                    lm[j] = if y > lm[j] { y } else { lm[j] };
-                    ln[j] = if y < ln[j] { y } else { ln[j] };
-                }
-            }
+            add_block(vals, &mut l1, &mut l2, &mut lm, &mut ln);
         }
         for j in 0..L {
             f1[j] += l1[j] as f64;
