@@ -242,6 +242,31 @@ impl Overlay {
         }
     }
 
+    /// Whether `id` has an edit.
+    #[inline(always)]
+    pub(crate) fn is_edited(&self, id: usize) -> bool {
+        self.stamp[id] == self.gen
+    }
+
+    /// The edited entries as `(id, value)`, the value with the first `upto` transforms applied
+    /// (what [`Overlay::value_at`] gives for each), in the order they were first written.
+    pub(crate) fn edited_values<'a>(
+        &'a self,
+        row: &'a [f32],
+        upto: usize,
+    ) -> impl Iterator<Item = (usize, f32)> + 'a {
+        let upto = upto.min(self.n_xf as usize) as u8;
+        self.edits.iter().map(move |&(id, v, k)| {
+            let id = id as usize;
+            let v = if self.removed(id) {
+                f32::NEG_INFINITY
+            } else {
+                self.transform_range(k, upto, v, row)
+            };
+            (id, v)
+        })
+    }
+
     /// The value of `id` with only the first `upto` transforms applied.
     #[inline]
     pub(crate) fn value_at(&self, row: &[f32], id: usize, upto: usize) -> f32 {

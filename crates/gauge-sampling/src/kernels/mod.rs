@@ -87,7 +87,7 @@ pub(crate) fn for_blocks(row: &[f32], ov: &Overlay, mut visit: impl FnMut(usize,
 }
 
 /// Clean stretches come this many entries at a time from [`spans`].
-const SPAN: usize = 16 * CHUNK;
+pub(crate) const SPAN: usize = 16 * CHUNK;
 
 /// The row as spans `(start, values, edited)`: stretches without edits up to [`SPAN`] entries at
 /// a time (one reduction and one branch per span instead of per block), edited blocks one by one
@@ -109,7 +109,18 @@ pub(crate) fn spans_of<'a>(
     ov: &'a Overlay,
     max_span: usize,
 ) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
-    let edits = ov.edited_chunks();
+    spans_cut_at(row, ov.edited_chunks(), max_span)
+}
+
+/// The row as spans cut at the blocks `edits` (sorted chunk indices), each of those a span of its
+/// own; `&[]` gives the whole row in clean spans, for a kernel that takes the edits from the
+/// overlay's list instead ([`Overlay::edited_values`]).
+#[inline]
+pub(crate) fn spans_cut_at<'a>(
+    row: &'a [f32],
+    edits: &'a [u32],
+    max_span: usize,
+) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
     let n = row.len();
     let (mut k, mut start) = (0usize, 0usize);
     std::iter::from_fn(move || {

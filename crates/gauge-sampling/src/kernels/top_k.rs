@@ -3,7 +3,7 @@
 //! not replay.
 
 use super::mask::Isa;
-use super::{any_bad, spans, Scan};
+use super::{any_bad, spans, spans_cut_at, Scan, SPAN};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -19,8 +19,20 @@ fn keep_bits64(words: &[u32], start: usize) -> u64 {
     ((word(0) | word(1) << 32 | word(2) << 64) >> (start % 32)) as u64
 }
 
-/// One span of `top_k_unique`'s first pass: `(max, start, len, edited)`.
-type SpanInfo = (f32, u32, u32, bool);
+/// One span of `top_k_unique`'s first pass: `(max, start, len, kind)`.
+type SpanInfo = (f32, u32, u32, SpanKind);
+
+/// How [`passes`] reads a span.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SpanKind {
+    /// Raw entries, none of them edited.
+    Clean,
+    /// Raw entries, some of them edited: their raw values bound nothing and are skipped (the
+    /// edited values join from the overlay's list).
+    HoldsEdits,
+    /// One edited block, read through the overlay.
+    Edited,
+}
 
 thread_local! {
     /// Per-span maxima of `top_k_unique`, and their order keys for the selection.
@@ -202,21 +214,25 @@ fn passes<const KEPT: bool, I: Isa>(
     // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
     // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
     let mono = ov.monotone_upto(upto);
+    // Then the edits (a penalty's or DRY's 64, a bias list) stay out of the spans too: the row is
+    // read in whole raw spans, as without edits, and the edited entries join from the overlay's
+    // list. Cutting the spans at every edited block and reading those through the overlay cost
+    // about half a read of the row per token (64 edits at 49,152).
+    let aside = plain || mono;
     // A grammar's allowed set: removed ids read as -inf, from the raw entries and the set's bits.
     let keep = if KEPT { ov.keep_mask() } else { None };
     let mut vbuf = [0.0f32; CHUNK];
     info.clear();
     let mut bad = false;
-    for (start, span, edited) in spans(row, ov) {
-        let raw_max = |bad: &mut bool| match keep {
-            None => I::span_max(span, bad),
-            Some(words) => I::span_max_kept(span, start, words, bad),
-        };
-        let m = if plain && !edited {
-            raw_max(&mut bad)
-        } else if mono && !edited {
-            ov.map_upto(raw_max(&mut bad), upto, row)
-        } else {
+    let edits = ov.edited_chunks();
+    let (cuts, mut next_edit) = if aside {
+        (&[][..], 0)
+    } else {
+        (edits, edits.len())
+    };
+    for (start, span, edited) in spans_cut_at(row, cuts, SPAN) {
+        let (m, kind) = if edited || !aside {
+            // through the overlay: an edited block, or a span under a transform that is no map
             let mut m = f32::NEG_INFINITY;
             for (i, block) in span.chunks(CHUNK).enumerate() {
                 bad |= any_bad(block);
@@ -224,34 +240,65 @@ fn passes<const KEPT: bool, I: Isa>(
                     m = if v > m { v } else { m };
                 }
             }
-            m
+            let kind = if edited {
+                SpanKind::Edited
+            } else {
+                SpanKind::Clean
+            };
+            (m, kind)
+        } else {
+            let m = match keep {
+                None => I::span_max(span, &mut bad),
+                Some(words) => I::span_max_kept(span, start, words, &mut bad),
+            };
+            let m = if plain { m } else { ov.map_upto(m, upto, row) };
+            // the edited blocks inside this span (`cuts` is empty when `aside`)
+            let end = (start + span.len()).div_ceil(CHUNK) as u32;
+            let mut kind = SpanKind::Clean;
+            while next_edit < edits.len() && edits[next_edit] < end {
+                kind = SpanKind::HoldsEdits;
+                next_edit += 1;
+            }
+            (m, kind)
         };
         let m = if m < floor { f32::NEG_INFINITY } else { m };
-        info.push((m, start as u32, span.len() as u32, edited));
+        info.push((m, start as u32, span.len() as u32, kind));
     }
     if bad {
         return Scan::Invalid;
     }
-    // The entry bar starts at the k-th largest span maximum: those k maxima are k distinct
-    // entries, so the k-th largest entry is at least that. Spans below it are never read.
+    // The entry bar starts at the k-th largest of the clean spans' maxima and the edited values:
+    // k distinct entries, so the k-th largest entry is at least that. Spans below it are never
+    // read. (A span that holds edits may owe its maximum to an edited entry's raw value.)
     let mut t = floor;
-    if info.len() >= 2 * k {
+    maxes.clear();
+    maxes.extend(
+        info.iter()
+            .filter(|s| s.3 != SpanKind::HoldsEdits)
+            .map(|s| !order_key(s.0)),
+    );
+    if aside {
+        maxes.extend(
+            ov.edited_values(row, upto)
+                .map(|(_, v)| !order_key(if v < floor { f32::NEG_INFINITY } else { v })),
+        );
+    }
+    if maxes.len() >= 2 * k {
         // as descending keys (a primitive select, faster than a comparator's)
-        maxes.clear();
-        maxes.extend(info.iter().map(|s| !order_key(s.0)));
         maxes.select_nth_unstable(k - 1);
         t = t.max(from_order_key(!maxes[k - 1]));
     }
     let cap = (4 * k).max(64) + GROUP;
     // the bar on raw entries of unedited spans (`t` itself when nothing is pending)
     let mut raw_t = if plain { t } else { ov.raw_bar(t, upto, row) };
-    for &(m, start, len, edited) in info.iter() {
+    for &(m, start, len, kind) in info.iter() {
         if m < t {
             continue;
         }
         let (start, len) = (start as usize, len as usize);
         let span = &row[start..start + len];
-        let clean = (plain || mono) && !edited;
+        let clean = (plain || mono) && kind != SpanKind::Edited;
+        let skip_edited = kind == SpanKind::HoldsEdits;
         // an unedited span in groups of 64 (one mask each: most groups hold no hit), an edited
         // block through the overlay
         let step = if clean { GROUP } else { CHUNK };
@@ -265,6 +312,9 @@ fn passes<const KEPT: bool, I: Isa>(
                 while hits != 0 {
                     let j = hits.trailing_zeros() as usize;
                     hits &= hits - 1;
+                    if skip_edited && ov.is_edited(start + j) {
+                        continue;
+                    }
                     let v = if plain {
                         block[j]
                     } else {
@@ -276,6 +326,7 @@ fn passes<const KEPT: bool, I: Isa>(
                     }
                 }
             } else {
+                let edited = kind == SpanKind::Edited;
                 let vals = ov.block_upto(row, start, block, edited, upto, &mut vbuf);
                 for (j, &v) in vals.iter().enumerate() {
                     let v = if v < floor { f32::NEG_INFINITY } else { v };
@@ -294,6 +345,14 @@ fn passes<const KEPT: bool, I: Isa>(
                 if buf.len() >= cap {
                     return Scan::Ambiguous; // too many ties at the bar (replayed below)
                 }
+            }
+        }
+    }
+    if aside {
+        for (id, v) in ov.edited_values(row, upto) {
+            let v = if v < floor { f32::NEG_INFINITY } else { v };
+            if v >= t {
+                buf.push((v, id as u32));
             }
         }
     }
