@@ -112,8 +112,9 @@ fn max_abs_bits(row: &[f32]) -> u32 {
 /// generation-stamped slot table, so clearing between steps is O(edits), not O(n).
 #[derive(Clone, Debug, Default)]
 pub struct Overlay {
-    stamp: Vec<u32>,
-    slot: Vec<u32>,
+    /// Per id `[generation, slot]`: the edit in `edits[slot]` belongs to this step when the
+    /// generation is `gen`. One array, so a lookup costs one cache line, not two.
+    tags: Vec<[u32; 2]>,
     gen: u32,
     /// `(id, value, number of transforms already applied to value)`.
     edits: Vec<(TokenId, f32, u8)>,
@@ -142,14 +143,13 @@ pub(crate) const CHUNK: usize = 16;
 impl Overlay {
     /// Forget all edits and transforms and size the tables for a row of `n` logits.
     pub fn reset(&mut self, n: usize) {
-        if self.stamp.len() != n {
-            self.stamp = vec![0; n];
-            self.slot = vec![0; n];
+        if self.tags.len() != n {
+            self.tags = vec![[0; 2]; n];
             self.gen = 0;
         }
         self.gen = self.gen.wrapping_add(1);
         if self.gen == 0 {
-            self.stamp.iter_mut().for_each(|s| *s = 0);
+            self.tags.iter_mut().for_each(|t| t[0] = 0);
             self.gen = 1;
         }
         self.edits.clear();
@@ -174,7 +174,7 @@ impl Overlay {
         if !self.is_pristine() {
             return false;
         }
-        let len = self.stamp.len().div_ceil(32);
+        let len = self.tags.len().div_ceil(32);
         self.keep.clear();
         self.keep.extend_from_slice(&words[..words.len().min(len)]);
         self.keep.resize(len, 0);
@@ -195,7 +195,8 @@ impl Overlay {
 
     #[inline]
     fn slot_of(&self, id: usize) -> Option<usize> {
-        (self.stamp[id] == self.gen).then(|| self.slot[id] as usize)
+        let [gen, slot] = self.tags[id];
+        (gen == self.gen).then_some(slot as usize)
     }
 
     /// One transform applied to one value (`row` is needed only to resolve a lazy mask).
@@ -245,7 +246,7 @@ impl Overlay {
     /// Whether `id` has an edit.
     #[inline(always)]
     pub(crate) fn is_edited(&self, id: usize) -> bool {
-        self.stamp[id] == self.gen
+        self.tags[id][0] == self.gen
     }
 
     /// The edited entries as `(id, value)`, the value with the first `upto` transforms applied
@@ -290,8 +291,7 @@ impl Overlay {
                 self.edits[s].2 = k;
             }
             None => {
-                self.stamp[id] = self.gen;
-                self.slot[id] = self.edits.len() as u32;
+                self.tags[id] = [self.gen, self.edits.len() as u32];
                 self.edits.push((id as TokenId, v, k));
                 self.chunks_dirty = true;
             }

@@ -142,17 +142,18 @@ pub(crate) fn spans_cut_at<'a>(
 
 /// [`span_first_max`] reads the span in blocks of this many entries (4 KiB: the winning block is
 /// still in L1 when it is searched for the position).
-const FIRST_MAX_BLOCK: usize = 1024;
+pub(crate) const FIRST_MAX_BLOCK: usize = 1024;
 
 /// The largest entry of a span and the index of its first occurrence (strict `>` in id order, as
-/// llama.cpp's greedy scans; NaN never wins; `(-inf, 0)` for a span of `-inf` or an empty one),
-/// and whether the span holds NaN or +inf. One read: each block's maximum by [`span_max`] (the
-/// lane-wise loop that runs at the speed of memory), the first block with the largest one kept
-/// (strict `>`), then that block alone searched for the first entry equal to it (`==`, so of
-/// equal values, −0 and +0 included, the first wins, as in the strict scan).
+/// llama.cpp's greedy scans; NaN never wins), if it beats `beat` (strictly), and whether the span
+/// holds NaN or +inf. One read: each block's maximum by [`span_max`] (the lane-wise loop that
+/// runs at the speed of memory), the first block with the largest one kept (strict `>`), then
+/// that block alone searched for the first entry equal to it (`==`, so of equal values, −0 and +0
+/// included, the first wins, as in the strict scan), and only when it beats `beat`: a greedy scan
+/// over many short stretches (a row cut by edits) searches only the few that raise its best.
 #[inline(always)]
-pub(crate) fn span_first_max(span: &[f32], bad: &mut bool) -> (f32, usize) {
-    let mut best = f32::NEG_INFINITY;
+pub(crate) fn span_first_max(span: &[f32], bad: &mut bool, beat: f32) -> Option<(f32, usize)> {
+    let mut best = beat;
     let mut at = None;
     for (b, block) in span.chunks(FIRST_MAX_BLOCK).enumerate() {
         let m = span_max(block, bad);
@@ -161,13 +162,11 @@ pub(crate) fn span_first_max(span: &[f32], bad: &mut bool) -> (f32, usize) {
             at = Some(b * FIRST_MAX_BLOCK);
         }
     }
-    let Some(start) = at else {
-        return (f32::NEG_INFINITY, 0);
-    };
+    let start = at?;
     let block = &span[start..(start + FIRST_MAX_BLOCK).min(span.len())];
     // the block's maximum is one of its entries (NaN never enters it), so the search finds it
     let j = block.iter().position(|&x| x == best).unwrap_or(0);
-    (block[j], start + j)
+    Some((block[j], start + j))
 }
 
 /// The largest entry of a span (NaN never wins; `-inf` for an empty span), and whether it holds
@@ -237,9 +236,24 @@ pub(crate) fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! Rows with edits for the kernels' tests.
+    //! Rows with edits for the kernels' tests, and a count of raw reads under pending maps.
     use crate::overlay::Overlay;
     use crate::synth::SplitMix64;
+    use std::cell::Cell;
+
+    thread_local! {
+        static RAW_UNDER_MAPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Blocks a kernel read raw although transforms were pending (its fast path under monotone
+    /// maps), on this thread so far.
+    pub(crate) fn raw_under_maps() -> u64 {
+        RAW_UNDER_MAPS.with(Cell::get)
+    }
+
+    pub(crate) fn note_raw_under_maps() {
+        RAW_UNDER_MAPS.with(|c| c.set(c.get() + 1));
+    }
 
     /// A row of `n` normal logits (on a half-unit grid with `ties`) with `n_edits` random edits:
     /// `(row, overlay, the current values)`.

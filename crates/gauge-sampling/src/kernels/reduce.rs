@@ -1,6 +1,6 @@
 //! One-pass reductions over "row + overlay": greedy's first maximum, dist's maximum and weights.
 
-use super::{any_bad, span_first_max, span_max, spans, spans_of};
+use super::{any_bad, span_first_max, span_max, spans, spans_of, FIRST_MAX_BLOCK};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -14,17 +14,37 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut best = ov.get(row, 0);
     let mut bad = false;
     let plain = !ov.has_transforms();
+    // Under monotone maps alone (a temperature, the normalized penalty's log-softmax) a clean
+    // block's largest value is the map of its largest raw entry, and its first occurrence is the
+    // first entry that maps to it (maps round: distinct raw entries may meet).
+    let upto = ov.n_transforms();
+    let mono = !plain && ov.keep_mask().is_none() && ov.monotone_upto(upto);
     let mut buf = [0.0f32; CHUNK];
     // Without transforms each clean stretch is one read, whole (plus a search of the one block
-    // that holds its max); with them, blocks go through the overlay, so the span length does not
-    // matter.
+    // that holds its max, if that beats the best so far); under monotone maps the same in blocks;
+    // otherwise blocks go through the overlay, so the span length does not matter.
     for (start, span, edited) in spans_of(row, ov, usize::MAX) {
         if plain && !edited {
             // a later span only wins with a strictly larger value, at its first occurrence
-            let (sm, at) = span_first_max(span, &mut bad);
-            if sm > best {
+            if let Some((sm, at)) = span_first_max(span, &mut bad, best) {
                 best = sm;
                 best_i = start + at;
+            }
+            continue;
+        }
+        if mono && !edited {
+            for (b, block) in span.chunks(FIRST_MAX_BLOCK).enumerate() {
+                #[cfg(test)]
+                super::testing::note_raw_under_maps();
+                let v = ov.map_upto(span_max(block, &mut bad), upto, row);
+                if v > best {
+                    // every raw entry that maps to `v` is at or above its raw bar
+                    let r = ov.raw_bar(v, upto, row);
+                    let map = |x: f32| ov.map_upto(x, upto, row);
+                    let j = block.iter().position(|&x| x >= r && map(x) == v);
+                    best = v;
+                    best_i = start + b * FIRST_MAX_BLOCK + j.unwrap_or(0);
+                }
             }
             continue;
         }
@@ -228,6 +248,50 @@ mod tests {
                     ov.reset(n);
                     ov.prepare();
                     assert_eq!(first_max(&row, &ov), None, "{} {bad} at {at}", level.name());
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
+
+    /// Under pending monotone maps the answer is the strict scan of the mapped values, where
+    /// rounding makes distinct raw entries equal: a large log-sum-exp maps a rising row to a
+    /// staircase, so the first entry of the top step, not the raw maximum, wins (across blocks
+    /// too), and the hard rows' ties, zeros and `-inf` runs keep their order.
+    #[test]
+    fn first_max_under_monotone_maps_is_the_strict_scan_of_the_mapped_values() {
+        use crate::overlay::Transform;
+        let mut rows = hard_rows();
+        for n in [700usize, 1024, 2500, 49_152] {
+            rows.push((0..n).map(|i| i as f32 * 1e-3).collect());
+        }
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for (r, row) in rows.iter().enumerate() {
+                let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let maps: [&[Transform]; 3] = [
+                    &[Transform::Div(0.7)],
+                    &[Transform::LogProb { max, lse: 3.0e4 }],
+                    &[Transform::LogProb { max, lse: 2.0 }, Transform::Div(1.3)],
+                ];
+                for (m, &xf) in maps.iter().enumerate() {
+                    let mut ov = Overlay::default();
+                    ov.reset(row.len());
+                    for &t in xf {
+                        assert!(ov.push_transform(t));
+                    }
+                    ov.prepare();
+                    let mapped: Vec<f32> = (0..row.len()).map(|i| ov.get(row, i)).collect();
+                    let raw_reads = crate::kernels::testing::raw_under_maps();
+                    assert_eq!(
+                        first_max(row, &ov),
+                        Some(naive_first_max(&mapped)),
+                        "{} row {r} (n={}) map {m}",
+                        level.name(),
+                        row.len()
+                    );
+                    // read raw, in blocks, not entry by entry through the overlay
+                    assert!(crate::kernels::testing::raw_under_maps() > raw_reads);
                 }
             }
         }
