@@ -40,8 +40,9 @@ pub struct SamplingBenchArgs {
     /// Tokens per timed block (blocks alternate between gauge and llama.cpp).
     #[arg(long, default_value_t = 8)]
     pub block: usize,
-    /// Chains to run (greedy, default, default+penalties+dry, all-enabled, default+ctrl,
-    /// default+normalized, mirostat-v2, and one-read, the time to read the row once); all by default.
+    /// Chains to run (greedy, greedy+ctrl, greedy+normalized, default, default+penalties+dry,
+    /// all-enabled, default+ctrl, default+normalized, mirostat-v2, and one-read, the time to read
+    /// the row once); all by default.
     #[arg(long, value_delimiter = ',')]
     pub chains: Vec<String>,
     /// Untimed steps comparing the tokens both chains choose.
@@ -189,9 +190,9 @@ fn print_sampling(rows: &[Row], model: &str, opts: &SamplingBenchOptions) {
          differ by design: typical-p after top-n-sigma sees -inf candidates, where llama.cpp's entropy is NaN."
     );
     println!(
-        "default+ctrl / default+normalized: the default chain with the repeat penalty 1.3 over the last 64 \
-         tokens; llama.cpp has no normalized operator, so its side of default+normalized runs ctrl (agreement \
-         is not expected there). one-read: one read of the row (its max), both columns the same loop in \
+        "greedy+ctrl / greedy+normalized, default+ctrl / default+normalized: greedy or the default chain with \
+         the repeat penalty 1.3 over the last 64 tokens; llama.cpp has no normalized operator, so its side of \
+         the normalized chains runs ctrl (agreement is not expected there). one-read: one read of the row (its max), both columns the same loop in \
          alternating blocks. gauge's kernels ran on {}.",
         gauge_sampling::simd::detected().name()
     );

@@ -13,8 +13,8 @@
 //! - **Rows.** [`RowSet::synthetic`]: 8 rows of N(0, 3²) logits from
 //!   [`gauge_sampling::synth::normal_rows`] (splitmix64 seed 42), cycled; [`RowSet::from_model`]:
 //!   rows captured from a real model (greedy continuation of fixed prompts), at its own width.
-//! - **Chains.** [`gauge_sampling::synth::bench_scenarios`] (`greedy` is `logits -> greedy` on both
-//!   sides; llama.cpp runs the ctrl penalty on its side of `default+normalized`, having no other),
+//! - **Chains.** [`gauge_sampling::synth::bench_scenarios`] (`greedy…` is `logits -> greedy` on both
+//!   sides; llama.cpp runs the ctrl penalty on its side of the normalized chains, having no other),
 //!   and the `one-read` row: one read of the row ([`gauge_sampling::simd::one_read`]), the floor
 //!   a chain that reads the whole row is measured against. Both chains accept the same 64-token history ([`gauge_sampling::synth::bench_history`])
 //!   before anything is timed, so penalties and DRY have work to do.
@@ -46,11 +46,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gauge_sampling::chain::ChainBuilder;
 use gauge_sampling::params::{SamplingParams, DEFAULT_DRY_BREAKERS};
 use gauge_sampling::samplers::dry::expand_string_breakers;
 use gauge_sampling::samplers::penalties::PenaltyMode;
-use gauge_sampling::synth::{bench_history, bench_scenarios, normal_rows};
+use gauge_sampling::synth::{bench_chain, bench_history, bench_scenarios, normal_rows};
 use gauge_sampling::{Chain, TokenId};
 use serde::{Deserialize, Serialize};
 
@@ -263,10 +262,13 @@ impl Row {
     }
 }
 
-/// A benchmark chain: `None` params = the bare greedy chain.
+/// A benchmark chain: its request, and whether it is `logits -> greedy` (with the request's
+/// penalties, if any) rather than the request's own chain.
 struct Scenario {
     name: String,
-    params: Option<SamplingParams>,
+    json: serde_json::Value,
+    params: SamplingParams,
+    greedy: bool,
 }
 
 fn scenarios(filter: &[String]) -> Result<Vec<Scenario>> {
@@ -279,7 +281,7 @@ fn scenarios(filter: &[String]) -> Result<Vec<Scenario>> {
         return Err(EngineError::Option {
             field: "chains",
             value: bad.clone(),
-            allowed: "greedy, default, default+penalties+dry, all-enabled, default+ctrl, default+normalized, mirostat-v2, one-read",
+            allowed: "greedy, greedy+ctrl, greedy+normalized, default, default+penalties+dry, all-enabled, default+ctrl, default+normalized, mirostat-v2, one-read",
         });
     }
     let mut out = Vec::new();
@@ -287,14 +289,11 @@ fn scenarios(filter: &[String]) -> Result<Vec<Scenario>> {
         if !filter.is_empty() && !filter.iter().any(|f| f == name) {
             continue;
         }
-        let params = if name == "greedy" {
-            None
-        } else {
-            Some(SamplingParams::from_value(&json)?)
-        };
         out.push(Scenario {
             name: name.to_string(),
-            params,
+            params: SamplingParams::from_value(&json)?,
+            greedy: name.starts_with("greedy"),
+            json,
         });
     }
     Ok(out)
@@ -324,12 +323,26 @@ struct PairMaker {
 
 impl PairMaker {
     fn make(&mut self, sc: &Scenario, n_vocab: usize) -> Result<Pair> {
-        let (gauge, reference) = match &sc.params {
-            None => (
-                ChainBuilder::greedy(n_vocab).build()?,
-                ReferenceChain::greedy(n_vocab)?,
-            ),
-            Some(p) => {
+        let p = &sc.params;
+        let (gauge, reference) = match sc.greedy {
+            true => {
+                let gauge = bench_chain(&sc.name, &sc.json, n_vocab)?;
+                // llama.cpp's side runs ctrl, its only operator
+                let reference = if sc.json.get("repeat_penalty").is_some() {
+                    ReferenceChain::shifted_penalties_greedy(
+                        n_vocab,
+                        0.0,
+                        p.repeat_last_n,
+                        p.repeat_penalty,
+                        p.frequency_penalty,
+                        p.presence_penalty,
+                    )?
+                } else {
+                    ReferenceChain::greedy(n_vocab)?
+                };
+                (gauge, reference)
+            }
+            false => {
                 let mut gp = p.clone();
                 let mut rp = p.clone();
                 if dry_on(p) {

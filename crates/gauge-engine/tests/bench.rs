@@ -35,9 +35,10 @@ fn synthetic_rows_are_the_documented_normal_rows() {
 
 #[test]
 fn vocabulary_free_chains_give_one_row_each_with_the_ratio_and_full_agreement() {
-    let rows = run_sampling_bench(&tiny(&["greedy", "default", "mirostat-v2"])).unwrap();
+    let chains = ["greedy", "greedy+ctrl", "default", "mirostat-v2"];
+    let rows = run_sampling_bench(&tiny(&chains)).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.chain.as_str()).collect();
-    assert_eq!(names, ["greedy", "default", "mirostat-v2"]);
+    assert_eq!(names, chains);
     for r in &rows {
         assert_eq!(r.n_vocab, 1000);
         assert_eq!(r.rows, SYNTHETIC_LABEL);
@@ -186,6 +187,8 @@ fn model_rows_have_the_models_width_and_run_every_chain() {
         [
             "one-read",
             "greedy",
+            "greedy+ctrl",
+            "greedy+normalized",
             "default",
             "default+penalties+dry",
             "all-enabled",

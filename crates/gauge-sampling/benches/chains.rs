@@ -1,25 +1,21 @@
 //! Criterion benchmarks of whole chains, from the logit row to the accepted token (the CPU work of
 //! llama.cpp's `llama_sampler_sample` after reading logits), on N(0, 3) rows from
 //! `gauge_sampling::synth` (splitmix64 seed 42, 8 rows cycled) with a 64-token history accepted
-//! first. `gauge bench sampling` runs the same scenarios side by side with llama.cpp's own chain.
+//! first, and `chain/{n}/one-read`, one read of the same rows, the floor the targets are
+//! ratios to. `gauge bench sampling` runs the same scenarios side by side with llama.cpp's own
+//! chain.
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
-use gauge_sampling::chain::ChainBuilder;
-use gauge_sampling::params::SamplingParams;
-use gauge_sampling::synth::{bench_history, bench_scenarios, normal_rows};
+use gauge_sampling::synth::{bench_chain, bench_history, bench_scenarios, normal_rows};
 use gauge_sampling::{Chain, TokenId};
 
 fn build(name: &str, json: &serde_json::Value, n_vocab: usize) -> Chain {
-    if name == "greedy" {
-        return ChainBuilder::greedy(n_vocab).build().expect("greedy chain");
-    }
-    let params: SamplingParams = serde_json::from_value(json.clone()).expect("scenario params");
-    Chain::from_params(&params, n_vocab, None).expect("scenario chain")
+    bench_chain(name, json, n_vocab).expect("scenario chain")
 }
 
 /// One benchmark: `chain` after accepting `history`, sampling the rows in turn.
-fn bench_chain(
+fn time_chain(
     group: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     mut chain: Chain,
@@ -45,9 +41,18 @@ fn chains(c: &mut Criterion) {
         let history = bench_history(n_vocab);
         let mut group = c.benchmark_group(format!("chain/{n_vocab}"));
         group.sample_size(30);
+        // the floor: one read of the same rows, in the same run
+        let mut i = 0usize;
+        group.bench_function(BenchmarkId::from_parameter("one-read"), |b| {
+            b.iter(|| {
+                let m = gauge_sampling::simd::one_read(&rows[i % rows.len()]);
+                i += 1;
+                m
+            })
+        });
         for (name, json) in bench_scenarios() {
             let chain = build(name, &json, n_vocab);
-            bench_chain(&mut group, name, chain, &history, &rows);
+            time_chain(&mut group, name, chain, &history, &rows);
         }
         group.finish();
     }
@@ -70,7 +75,7 @@ fn penalty_modes(c: &mut Criterion) {
             let json = serde_json::json!({"seed": 42, "repeat_penalty": 1.3, "repeat_last_n": 64,
                 "repeat_penalty_mode": mode});
             let chain = build(name, &json, n_vocab).with_fast_path(fast);
-            bench_chain(&mut group, name, chain, &history, &rows);
+            time_chain(&mut group, name, chain, &history, &rows);
         }
         group.finish();
     }

@@ -58,11 +58,21 @@ pub fn bench_history(n_vocab: usize) -> Vec<i32> {
 }
 
 /// The benchmark chains as request JSON (llama-server field names), named as in the README table.
-/// `greedy` is special-cased by the callers (a chain with only the greedy sampler).
+/// A name that starts with `greedy` is `logits -> greedy` with the request's penalties, if any, in
+/// their slot before it; [`bench_chain`] builds each one.
 pub fn bench_scenarios() -> Vec<(&'static str, serde_json::Value)> {
     use serde_json::json;
     vec![
         ("greedy", json!({})),
+        // The instrument's own chain: greedy decoding under each repeat operator (θ 1.3, last 64).
+        (
+            "greedy+ctrl",
+            json!({"repeat_penalty": 1.3, "repeat_last_n": 64, "repeat_penalty_mode": "ctrl"}),
+        ),
+        (
+            "greedy+normalized",
+            json!({"repeat_penalty": 1.3, "repeat_last_n": 64, "repeat_penalty_mode": "normalized"}),
+        ),
         ("default", json!({"seed": 42})),
         (
             "default+penalties+dry",
@@ -94,6 +104,30 @@ pub fn bench_scenarios() -> Vec<(&'static str, serde_json::Value)> {
             json!({"seed": 42, "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "temperature": 0.8}),
         ),
     ]
+}
+
+/// The chain of a [`bench_scenarios`] entry at `n_vocab`.
+pub fn bench_chain(
+    name: &str,
+    json: &serde_json::Value,
+    n_vocab: usize,
+) -> crate::Result<crate::Chain> {
+    let p = crate::params::SamplingParams::from_value(json)?;
+    if !name.starts_with("greedy") {
+        return crate::Chain::from_params(&p, n_vocab, None);
+    }
+    let mut b = crate::chain::ChainBuilder::greedy(n_vocab);
+    if json.get("repeat_penalty").is_some() {
+        b = b
+            .with_penalties(
+                p.repeat_last_n,
+                p.repeat_penalty,
+                p.frequency_penalty,
+                p.presence_penalty,
+            )
+            .with_penalty_mode(p.repeat_penalty_mode);
+    }
+    b.build()
 }
 
 #[cfg(test)]

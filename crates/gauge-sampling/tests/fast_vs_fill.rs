@@ -172,20 +172,14 @@ fn fast_path_matches_fill_path_on_every_bench_chain() {
                 );
                 let history = bench_history(n_vocab);
                 for (name, json) in bench_scenarios() {
-                    let chain = if name == "greedy" {
-                        gauge_sampling::chain::ChainBuilder::greedy(n_vocab)
-                            .build()
-                            .unwrap()
-                    } else {
-                        chain_for(&json, n_vocab)
-                    };
+                    let chain = gauge_sampling::synth::bench_chain(name, &json, n_vocab).unwrap();
                     assert_same_run(
                         &format!("{name}/{n_vocab}/ties={ties}"),
                         &chain,
                         &rows,
                         &history,
                         24,
-                        name != "greedy",
+                        !name.starts_with("greedy"),
                     );
                 }
             }
@@ -222,13 +216,7 @@ fn bad_rows_are_errors_on_both_paths() {
         use gauge_sampling::SamplingError;
         let n = 300;
         for (name, json) in bench_scenarios() {
-            let base = if name == "greedy" {
-                gauge_sampling::chain::ChainBuilder::greedy(n)
-                    .build()
-                    .unwrap()
-            } else {
-                chain_for(&json, n)
-            };
+            let base = gauge_sampling::synth::bench_chain(name, &json, n).unwrap();
             for fast in [true, false] {
                 let mut chain = base.clone().with_fast_path(fast);
                 for (pos, bad) in [(0usize, f32::NAN), (7, f32::INFINITY), (299, f32::NAN)] {
