@@ -109,18 +109,7 @@ pub(crate) fn spans_of<'a>(
     ov: &'a Overlay,
     max_span: usize,
 ) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
-    spans_cut_at(row, ov.edited_chunks(), max_span)
-}
-
-/// The row as spans cut at the blocks `edits` (sorted chunk indices), each of those a span of its
-/// own; `&[]` gives the whole row in clean spans, for a kernel that takes the edits from the
-/// overlay's list instead ([`Overlay::edited_values`]).
-#[inline]
-pub(crate) fn spans_cut_at<'a>(
-    row: &'a [f32],
-    edits: &'a [u32],
-    max_span: usize,
-) -> impl Iterator<Item = (usize, &'a [f32], bool)> + 'a {
+    let edits = ov.edited_chunks();
     let n = row.len();
     let (mut k, mut start) = (0usize, 0usize);
     std::iter::from_fn(move || {
@@ -243,6 +232,7 @@ pub(crate) mod testing {
 
     thread_local! {
         static RAW_UNDER_MAPS: Cell<u64> = const { Cell::new(0) };
+        static HEAP_REPLAYS: Cell<u64> = const { Cell::new(0) };
     }
 
     /// Blocks a kernel read raw although transforms were pending (its fast path under monotone
@@ -253,6 +243,15 @@ pub(crate) mod testing {
 
     pub(crate) fn note_raw_under_maps() {
         RAW_UNDER_MAPS.with(|c| c.set(c.get() + 1));
+    }
+
+    /// top-k scans settled by the heap replay (its slow path), on this thread so far.
+    pub(crate) fn heap_replays() -> u64 {
+        HEAP_REPLAYS.with(Cell::get)
+    }
+
+    pub(crate) fn note_heap_replay() {
+        HEAP_REPLAYS.with(|c| c.set(c.get() + 1));
     }
 
     /// A row of `n` normal logits (on a half-unit grid with `ties`) with `n_edits` random edits:

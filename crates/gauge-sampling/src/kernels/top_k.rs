@@ -3,7 +3,7 @@
 //! not replay.
 
 use super::mask::Isa;
-use super::{any_bad, spans, spans_cut_at, Scan, SPAN};
+use super::{any_bad, spans, Scan, SPAN};
 use crate::overlay::{Overlay, CHUNK};
 use crate::simd::multiversion;
 
@@ -19,26 +19,17 @@ fn keep_bits64(words: &[u32], start: usize) -> u64 {
     ((word(0) | word(1) << 32 | word(2) << 64) >> (start % 32)) as u64
 }
 
-/// One span of `top_k_unique`'s first pass: `(max, start, len, kind)`.
-type SpanInfo = (f32, u32, u32, SpanKind);
-
-/// How [`passes`] reads a span.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SpanKind {
-    /// Raw entries, none of them edited.
-    Clean,
-    /// Raw entries, some of them edited: their raw values bound nothing and are skipped (the
-    /// edited values join from the overlay's list).
-    HoldsEdits,
-    /// One edited block, read through the overlay.
-    Edited,
+/// [`passes`]' per-span scratch, reused so a step allocates nothing: each span's maximum, their
+/// order keys for the selection, and one bit per span that holds an edit.
+#[derive(Default)]
+struct SpanScratch {
+    maxima: Vec<f32>,
+    keys: Vec<u32>,
+    holds_edits: Vec<u64>,
 }
 
 thread_local! {
-    /// Per-span maxima of `top_k_unique`, and their order keys for the selection.
-    /// Reused, so a step allocates nothing.
-    static SPANS: std::cell::RefCell<(Vec<SpanInfo>, Vec<u32>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static SPANS: std::cell::RefCell<SpanScratch> = std::cell::RefCell::new(SpanScratch::default());
 }
 
 /// The `k` largest entries of "row + overlay" (values below `mask_below` read as -inf), sorted
@@ -91,12 +82,14 @@ fn scan_top_k(
     if k == 0 || n == 0 {
         return Scan::Ambiguous;
     }
-    let (mut info, mut maxes) = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
-    let pass = top_k_pass(row, ov, k, floor, upto, &mut info, &mut maxes, buf);
-    SPANS.with(|sp| *sp.borrow_mut() = (info, maxes));
+    let mut scratch = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
+    let pass = top_k_pass(row, ov, k, floor, upto, &mut scratch, buf);
+    SPANS.with(|sp| *sp.borrow_mut() = scratch);
     let kept = ov.keep_mask().is_some();
     let ambiguous = |buf: &mut Vec<(f32, u32)>| {
         if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+            #[cfg(test)]
+            super::testing::note_heap_replay();
             heap_replay(row, ov, k.min(n), floor, upto, buf)
         } else {
             Scan::Ambiguous
@@ -176,135 +169,133 @@ multiversion! {
 /// Pass 1 takes every span's maximum (and validates), pass 2 collects every entry at or above a
 /// bar that starts at the k-th largest span maximum and rises as `buf` fills. `Ambiguous` when
 /// too many entries tie at the bar.
-#[allow(clippy::too_many_arguments)]
 fn top_k_pass<I>(
     row: &[f32],
     ov: &Overlay,
     k: usize,
     floor: f32,
     upto: usize,
-    info: &mut Vec<SpanInfo>,
-    maxes: &mut Vec<u32>,
+    scratch: &mut SpanScratch,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
     // one copy per case, so the common one (no allowed set) carries no test of it per span
     if ov.keep_mask().is_some() {
-        passes::<true, I>(row, ov, k, floor, upto, info, maxes, buf)
+        passes::<true, I>(row, ov, k, floor, upto, scratch, buf)
     } else {
-        passes::<false, I>(row, ov, k, floor, upto, info, maxes, buf)
+        passes::<false, I>(row, ov, k, floor, upto, scratch, buf)
     }
 }
 }
 
 /// [`top_k_pass`]'s body, with (`KEPT`) or without an allowed set.
+///
+/// The row is read in whole spans, edits or not, and the edited entries join from the overlay's
+/// list: a span that holds an edit may owe its maximum to an edited entry's raw value, so it
+/// takes no part in the bar and its edited ids are skipped. (Cutting the spans at every edited
+/// block and reading those through the overlay cost about half a read of the row per token, 64
+/// edits at 49,152.)
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn passes<const KEPT: bool, I: Isa>(
     row: &[f32],
     ov: &Overlay,
     k: usize,
     floor: f32,
     upto: usize,
-    info: &mut Vec<SpanInfo>,
-    maxes: &mut Vec<u32>,
+    scratch: &mut SpanScratch,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
+    let n = row.len();
     // raw entries are the values without transforms (an allowed set aside, applied below)
     let plain = upto == 0;
-    // Monotone pending transforms (temperature, the normalized penalty's log-softmax): unedited
-    // spans are read raw and only their maxima and the entries that pass a raw bar are mapped.
-    let mono = ov.monotone_upto(upto);
-    // Then the edits (a penalty's or DRY's 64, a bias list) stay out of the spans too: the row is
-    // read in whole raw spans, as without edits, and the edited entries join from the overlay's
-    // list. Cutting the spans at every edited block and reading those through the overlay cost
-    // about half a read of the row per token (64 edits at 49,152).
-    let aside = plain || mono;
+    // Monotone pending transforms (temperature, the normalized penalty's log-softmax): spans are
+    // read raw and only their maxima and the entries that pass a raw bar are mapped. Otherwise
+    // (a mask) every block goes through the overlay's transforms.
+    let raw = plain || ov.monotone_upto(upto);
     // A grammar's allowed set: removed ids read as -inf, from the raw entries and the set's bits.
     let keep = if KEPT { ov.keep_mask() } else { None };
-    let mut vbuf = [0.0f32; CHUNK];
-    info.clear();
-    let mut bad = false;
-    let edits = ov.edited_chunks();
-    let (cuts, mut next_edit) = if aside {
-        (&[][..], 0)
+    // at least k spans where the row allows, so that their maxima give the entry bar below
+    let span_len = if n >= k * SPAN {
+        SPAN
     } else {
-        (edits, edits.len())
+        (n / k / CHUNK * CHUNK).max(CHUNK)
     };
-    for (start, span, edited) in spans_cut_at(row, cuts, SPAN) {
-        let (m, kind) = if edited || !aside {
-            // through the overlay: an edited block, or a span under a transform that is no map
-            let mut m = f32::NEG_INFINITY;
-            for (i, block) in span.chunks(CHUNK).enumerate() {
-                bad |= any_bad(block);
-                for &v in ov.block_upto(row, start + i * CHUNK, block, edited, upto, &mut vbuf) {
-                    m = if v > m { v } else { m };
-                }
-            }
-            let kind = if edited {
-                SpanKind::Edited
-            } else {
-                SpanKind::Clean
-            };
-            (m, kind)
-        } else {
+    let SpanScratch {
+        maxima,
+        keys,
+        holds_edits,
+    } = scratch;
+    holds_edits.clear();
+    holds_edits.resize(n.div_ceil(span_len).div_ceil(64), 0);
+    for &c in ov.edited_chunks() {
+        let s = c as usize * CHUNK / span_len;
+        holds_edits[s / 64] |= 1 << (s % 64);
+    }
+    let held = |s: usize| holds_edits[s / 64] >> (s % 64) & 1 != 0;
+    let mut vbuf = [0.0f32; CHUNK];
+    let mut bad = false;
+    maxima.clear();
+    for (s, span) in row.chunks(span_len).enumerate() {
+        let start = s * span_len;
+        let m = if raw {
             let m = match keep {
                 None => I::span_max(span, &mut bad),
                 Some(words) => I::span_max_kept(span, start, words, &mut bad),
             };
-            let m = if plain { m } else { ov.map_upto(m, upto, row) };
-            // the edited blocks inside this span (`cuts` is empty when `aside`)
-            let end = (start + span.len()).div_ceil(CHUNK) as u32;
-            let mut kind = SpanKind::Clean;
-            while next_edit < edits.len() && edits[next_edit] < end {
-                kind = SpanKind::HoldsEdits;
-                next_edit += 1;
+            if plain {
+                m
+            } else {
+                ov.map_upto(m, upto, row)
             }
-            (m, kind)
+        } else {
+            let mut m = f32::NEG_INFINITY;
+            for (i, block) in span.chunks(CHUNK).enumerate() {
+                bad |= any_bad(block);
+                for &v in ov.block_upto(row, start + i * CHUNK, block, false, upto, &mut vbuf) {
+                    m = if v > m { v } else { m };
+                }
+            }
+            m
         };
-        let m = if m < floor { f32::NEG_INFINITY } else { m };
-        info.push((m, start as u32, span.len() as u32, kind));
+        maxima.push(if m < floor { f32::NEG_INFINITY } else { m });
     }
     if bad {
         return Scan::Invalid;
     }
     // The entry bar starts at the k-th largest of the clean spans' maxima and the edited values:
     // k distinct entries, so the k-th largest entry is at least that. Spans below it are never
-    // read. (A span that holds edits may owe its maximum to an edited entry's raw value.)
+    // read.
     let mut t = floor;
-    maxes.clear();
-    maxes.extend(
-        info.iter()
-            .filter(|s| s.3 != SpanKind::HoldsEdits)
-            .map(|s| !order_key(s.0)),
+    keys.clear();
+    keys.extend(
+        maxima
+            .iter()
+            .enumerate()
+            .filter(|&(s, _)| !held(s))
+            .map(|(_, &m)| !order_key(m)),
     );
-    if aside {
-        maxes.extend(
-            ov.edited_values(row, upto)
-                .map(|(_, v)| !order_key(if v < floor { f32::NEG_INFINITY } else { v })),
-        );
-    }
-    if maxes.len() >= 2 * k {
+    let edited = ov.edited_values(row, upto);
+    keys.extend(edited.map(|(_, v)| !order_key(if v < floor { f32::NEG_INFINITY } else { v })));
+    if keys.len() >= k {
         // as descending keys (a primitive select, faster than a comparator's)
-        maxes.select_nth_unstable(k - 1);
-        t = t.max(from_order_key(!maxes[k - 1]));
+        keys.select_nth_unstable(k - 1);
+        t = t.max(from_order_key(!keys[k - 1]));
     }
     let cap = (4 * k).max(64) + GROUP;
-    // the bar on raw entries of unedited spans (`t` itself when nothing is pending)
+    // the bar on raw entries (`t` itself when nothing is pending)
     let mut raw_t = if plain { t } else { ov.raw_bar(t, upto, row) };
-    for &(m, start, len, kind) in info.iter() {
+    for (s, &m) in maxima.iter().enumerate() {
         if m < t {
             continue;
         }
-        let (start, len) = (start as usize, len as usize);
-        let span = &row[start..start + len];
-        let clean = (plain || mono) && kind != SpanKind::Edited;
-        let skip_edited = kind == SpanKind::HoldsEdits;
-        // an unedited span in groups of 64 (one mask each: most groups hold no hit), an edited
-        // block through the overlay
-        let step = if clean { GROUP } else { CHUNK };
+        let start = s * span_len;
+        let span = &row[start..(start + span_len).min(n)];
+        let skip_edited = held(s);
+        // raw spans in groups of 64 (one mask each: most groups hold no hit), the others block
+        // by block through the overlay
+        let step = if raw { GROUP } else { CHUNK };
         for (i, block) in span.chunks(step).enumerate() {
             let start = start + i * step;
-            if clean {
+            if raw {
                 let mut hits = I::mask_ge64(block, raw_t);
                 if let Some(words) = keep {
                     hits &= keep_bits64(words, start);
@@ -326,11 +317,10 @@ fn passes<const KEPT: bool, I: Isa>(
                     }
                 }
             } else {
-                let edited = kind == SpanKind::Edited;
-                let vals = ov.block_upto(row, start, block, edited, upto, &mut vbuf);
+                let vals = ov.block_upto(row, start, block, false, upto, &mut vbuf);
                 for (j, &v) in vals.iter().enumerate() {
                     let v = if v < floor { f32::NEG_INFINITY } else { v };
-                    if v >= t {
+                    if v >= t && !(skip_edited && ov.is_edited(start + j)) {
                         buf.push((v, (start + j) as u32));
                     }
                 }
@@ -348,12 +338,10 @@ fn passes<const KEPT: bool, I: Isa>(
             }
         }
     }
-    if aside {
-        for (id, v) in ov.edited_values(row, upto) {
-            let v = if v < floor { f32::NEG_INFINITY } else { v };
-            if v >= t {
-                buf.push((v, id as u32));
-            }
+    for (id, v) in ov.edited_values(row, upto) {
+        let v = if v < floor { f32::NEG_INFINITY } else { v };
+        if v >= t {
+            buf.push((v, id as u32));
         }
     }
     Scan::Done
@@ -640,6 +628,34 @@ mod tests {
                 Scan::Ambiguous => assert!(k > 128, "seed {seed}: declined k = {k}"),
                 Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
             }
+        }
+    }
+
+    /// A repeat penalty's edits lower the row's top entries, which are the raw maxima of their
+    /// spans: those spans stay out of the bar, so the scan settles without the heap replay, and
+    /// the answer is top-k of the current values.
+    #[test]
+    fn edits_that_lower_span_maxima_leave_the_bar_to_the_other_spans() {
+        let mut buf = Vec::new();
+        for seed in 0..20u64 {
+            let n = 49_152;
+            let (row, mut ov, _) = row_with_edits(n, seed, 0, false);
+            // the 64 largest entries, each divided as ctrl's θ = 1.3 would
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            for &id in &order[..64] {
+                ov.set(id, row[id] / 1.3 - 8.0);
+            }
+            ov.prepare();
+            let full: Vec<f32> = (0..n).map(|i| ov.get(&row, i)).collect();
+            let replays = crate::kernels::testing::heap_replays();
+            assert_eq!(top_k_unique(&row, &ov, 40, None, &mut buf), Scan::Done);
+            assert_eq!(buf, slow_top_k(&full, 40, f32::NEG_INFINITY), "seed {seed}");
+            assert_eq!(
+                crate::kernels::testing::heap_replays(),
+                replays,
+                "seed {seed}"
+            );
         }
     }
 
