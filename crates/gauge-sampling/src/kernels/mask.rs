@@ -32,6 +32,59 @@ pub(crate) trait Isa {
     fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
         super::span_max_kept(span, start, words, bad)
     }
+
+    /// top-n-sigma's lanes over `span`'s whole 8-entry groups, in order: per lane `j`,
+    /// `l[0][j] += z`, `l[1][j] += z * z` (`z` = the entry, `0` for `-inf`), `l[2][j]` = the
+    /// maximum, `l[3][j]` = the minimum (`>` and `<`, so NaN never enters). The same arithmetic on
+    /// every level; written out per level because the compiler interleaved the sums into shuffles
+    /// in some builds (half the speed).
+    #[inline(always)]
+    fn sigma_lanes(span: &[f32], l: &mut [[f32; 8]; 4]) {
+        for g in span.chunks_exact(8) {
+            for (j, &y) in g.iter().enumerate() {
+                let z = if y == f32::NEG_INFINITY { 0.0 } else { y };
+                l[0][j] += z;
+                l[1][j] += z * z;
+                l[2][j] = if y > l[2][j] { y } else { l[2][j] };
+                l[3][j] = if y < l[3][j] { y } else { l[3][j] };
+            }
+        }
+    }
+}
+
+/// [`Isa::sigma_lanes`] in four 8-lane registers, for the levels with AVX2 (the same operations,
+/// lane for lane: `maxps`/`minps` keep the accumulator when the entry is not greater/smaller).
+///
+/// # Safety
+/// The CPU must have AVX2 (callers are bodies compiled for a level that has it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sigma_lanes_avx2(span: &[f32], l: &mut [[f32; 8]; 4]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_andnot_ps, _mm256_cmp_ps, _mm256_loadu_ps, _mm256_max_ps,
+        _mm256_min_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_storeu_ps, _CMP_EQ_OQ,
+    };
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let (mut s1, mut s2) = (
+        _mm256_loadu_ps(l[0].as_ptr()),
+        _mm256_loadu_ps(l[1].as_ptr()),
+    );
+    let (mut mx, mut mn) = (
+        _mm256_loadu_ps(l[2].as_ptr()),
+        _mm256_loadu_ps(l[3].as_ptr()),
+    );
+    for g in span.chunks_exact(8) {
+        let y = _mm256_loadu_ps(g.as_ptr());
+        let z = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(y, ninf), y);
+        s1 = _mm256_add_ps(s1, z);
+        s2 = _mm256_add_ps(s2, _mm256_mul_ps(z, z));
+        mx = _mm256_max_ps(y, mx);
+        mn = _mm256_min_ps(y, mn);
+    }
+    _mm256_storeu_ps(l[0].as_mut_ptr(), s1);
+    _mm256_storeu_ps(l[1].as_mut_ptr(), s2);
+    _mm256_storeu_ps(l[2].as_mut_ptr(), mx);
+    _mm256_storeu_ps(l[3].as_mut_ptr(), mn);
 }
 
 /// The baseline level: SSE2 on x86_64 (four compares and four mask moves), the loop elsewhere.
@@ -65,6 +118,13 @@ pub(crate) struct Avx2;
 #[cfg(target_arch = "x86_64")]
 impl Isa for Avx2 {
     #[inline(always)]
+    fn sigma_lanes(span: &[f32], l: &mut [[f32; 8]; 4]) {
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found it,
+        // and it has AVX2.
+        unsafe { sigma_lanes_avx2(span, l) }
+    }
+
+    #[inline(always)]
     fn mask_ge(block: &[f32], t: f32) -> u32 {
         use std::arch::x86_64::{
             _mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ,
@@ -90,6 +150,13 @@ pub(crate) struct Avx512;
 
 #[cfg(target_arch = "x86_64")]
 impl Isa for Avx512 {
+    #[inline(always)]
+    fn sigma_lanes(span: &[f32], l: &mut [[f32; 8]; 4]) {
+        // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found it,
+        // and it has AVX2.
+        unsafe { sigma_lanes_avx2(span, l) }
+    }
+
     #[inline(always)]
     fn mask_ge(block: &[f32], t: f32) -> u32 {
         use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_set1_ps, _CMP_GE_OQ};
@@ -202,6 +269,64 @@ mod tests {
             let m = I::span_max(span, &mut bad);
             (m, bad)
         }
+    }
+
+    multiversion! {
+        /// top-n-sigma's lanes at the dispatched level, from `start`.
+        fn dispatched_sigma<I>(span: &[f32], start: [[f32; 8]; 4]) -> [[f32; 8]; 4] {
+            let mut l = start;
+            I::sigma_lanes(span, &mut l);
+            l
+        }
+    }
+
+    /// Every level's top-n-sigma lanes, bit for bit, against the portable loop, forced one by one:
+    /// lengths with and without a partial group (ignored), `-inf` (adds nothing, shows in the
+    /// minimum), NaN (poisons the sums, never enters the maximum or minimum), +inf and signed
+    /// zeros, from zero accumulators and from running ones.
+    #[test]
+    fn every_level_gives_the_portable_sigma_lanes() {
+        let mut g = SplitMix64(5);
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for len in [0usize, 7, 8, 16, 40, 256, 263] {
+                for case in 0..6 {
+                    let mut span: Vec<f32> =
+                        (0..len).map(|_| (g.next_normal() * 3.0) as f32).collect();
+                    for x in span.iter_mut().step_by(5) {
+                        *x = match case {
+                            0 => f32::NEG_INFINITY,
+                            1 => f32::NAN,
+                            2 => f32::INFINITY,
+                            3 => -0.0,
+                            4 => 0.0,
+                            _ => *x,
+                        };
+                    }
+                    let start = if case % 2 == 0 {
+                        [
+                            [0.0; 8],
+                            [0.0; 8],
+                            [f32::NEG_INFINITY; 8],
+                            [f32::INFINITY; 8],
+                        ]
+                    } else {
+                        [[1.5; 8], [9.0; 8], [2.0; 8], [-1.0; 8]]
+                    };
+                    let mut want = start;
+                    <super::Portable as super::Isa>::sigma_lanes(&span, &mut want);
+                    let got = dispatched_sigma(&span, start);
+                    let bits = |l: [[f32; 8]; 4]| l.map(|r| r.map(f32::to_bits));
+                    assert_eq!(
+                        bits(got),
+                        bits(want),
+                        "{} len={len} case={case}",
+                        level.name()
+                    );
+                }
+            }
+        }
+        crate::simd::testing::force(None);
     }
 
     /// Every level's span maximum against the portable loop, forced one by one: every length up

@@ -18,29 +18,6 @@ pub(crate) enum SigmaBand {
 /// Lanes of [`sigma_band`]'s accumulators: 4 accumulators x 8 lanes fit the 16 SSE registers.
 const L: usize = 8;
 
-/// One block of 16 values into the lane sums, sums of squares, maxima and minima (entry `j` of
-/// each half into lane `j`). NaN and +inf pass through and poison the sums (checked once at the
-/// end); -inf adds nothing and shows in the lane minimum.
-#[inline(always)]
-fn add_block(
-    vals: &[f32],
-    l1: &mut [f32; L],
-    l2: &mut [f32; L],
-    lm: &mut [f32; L],
-    ln: &mut [f32; L],
-) {
-    for half in vals.chunks_exact(L) {
-        for j in 0..L {
-            let y = half[j];
-            let z = if y == f32::NEG_INFINITY { 0.0 } else { y };
-            l1[j] += z;
-            l2[j] += z * z;
-            lm[j] = if y > lm[j] { y } else { lm[j] };
-            ln[j] = if y < ln[j] { y } else { ln[j] };
-        }
-    }
-}
-
 crate::simd::multiversion! {
 /// A rigorous interval around top-n-sigma's exact `cut` (`ops::top_n_sigma_cut` over the current
 /// values, in id order), from one vectorised pass.
@@ -63,8 +40,10 @@ crate::simd::multiversion! {
 ///
 /// Dispatched ([`crate::simd`]): compiled at the baseline alone, its lane loops were vectorised
 /// or not depending on where the compiler inlined it (the same source measured 63 and 127 µs per
-/// token for `all-enabled` at 151,936 in two builds). The same lane arithmetic on every level.
-pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
+/// token for `all-enabled` at 151,936 in two builds), and even dispatched the compiler sometimes
+/// interleaved the lane sums into shuffles, so the lanes are written out per level
+/// ([`crate::kernels::mask::Isa::sigma_lanes`]). The same lane arithmetic on every level.
+pub(crate) fn sigma_band<I>(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
     const U: f64 = 1.0 / 16_777_216.0; // 2^-24
     const R: f64 = 4.0 * U; // 2^-22: one rounding, generously
     let plain = !ov.has_transforms();
@@ -74,8 +53,8 @@ pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
     let mut lm = [f32::NEG_INFINITY; L];
     let mut vbuf = [0.0f32; CHUNK];
     for (start, span, edited) in spans(row, ov) {
-        let (mut l1, mut l2) = ([0.0f32; L], [0.0f32; L]);
-        let mut ln = [f32::INFINITY; L];
+        // the span's lane sums, the running maxima and the span's minima (sums, squares, max, min)
+        let mut l = [[0.0f32; L], [0.0f32; L], lm, [f32::INFINITY; L]];
         // an unedited span's whole blocks in a loop of their own: inside the general loop below
         // the compiler kept the lane sums in memory in some builds (half the speed)
         let fast = if plain && !edited {
@@ -83,9 +62,7 @@ pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
         } else {
             0
         };
-        for c in span[..fast].chunks_exact(CHUNK) {
-            add_block(c, &mut l1, &mut l2, &mut lm, &mut ln);
-        }
+        I::sigma_lanes(&span[..fast], &mut l);
         for (i, block) in span[fast..].chunks(CHUNK).enumerate() {
             let i = i + fast / CHUNK;
             let vals = if plain && !edited {
@@ -106,13 +83,14 @@ pub(crate) fn sigma_band(row: &[f32], ov: &Overlay, n_sigma: f32) -> SigmaBand {
                     &pad
                 }
             };
-            add_block(vals, &mut l1, &mut l2, &mut lm, &mut ln);
+            I::sigma_lanes(vals, &mut l);
         }
         for j in 0..L {
-            f1[j] += l1[j] as f64;
-            f2[j] += l2[j] as f64;
+            f1[j] += l[0][j] as f64;
+            f2[j] += l[1][j] as f64;
         }
-        if ln.contains(&f32::NEG_INFINITY) {
+        lm = l[2];
+        if l[3].contains(&f32::NEG_INFINITY) {
             for (i, block) in span.chunks(CHUNK).enumerate() {
                 let vals = ov.current_block(row, start + i * CHUNK, block, edited, &mut vbuf);
                 cnt += vals.iter().filter(|&&y| y > f32::NEG_INFINITY).count() as u64;
