@@ -6,8 +6,10 @@
 //! They read the caller's logit row in spans of up to 256 entries (one vectorised reduction and
 //! one branch per span) or blocks of `CHUNK`; clean stretches are read raw (a pending temperature
 //! division is inverted into an exact raw threshold, so skipped entries are never divided), blocks
-//! that hold an edit are read entry by entry through the overlay. NaN/+inf is detected in the same
-//! pass (one `cmpnleps` per vector), so validation costs no separate trip through memory.
+//! that hold an edit are read entry by entry through the overlay. top-k does not cut its spans at
+//! edits at all: it reads every span raw and takes the edited values from the overlay's list. NaN/+inf
+//! is detected in the same pass (one `cmpnleps` per vector), so validation costs no separate trip
+//! through memory.
 //!
 //! Every kernel is exact or silent: whenever its shortcut cannot prove the slow path's exact
 //! answer (a tie llama.cpp's sort would break in an order it does not replay, logits beyond the

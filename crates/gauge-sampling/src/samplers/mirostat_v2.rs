@@ -19,7 +19,7 @@
 //! stays below `tau`, `mu` climbs, and after a few hundred steps the cut keeps the whole
 //! vocabulary. So the stage estimates the cut from `max`, the sum and `mu`, extends the prefix to
 //! it in one pass, and past `FULL_SORT_FRACTION` of the vocabulary draws without sorting
-//! ([`WideDraw`](crate::kernels::wide_draw): the kept set by classification, the drawn token by
+//! (`WideDraw` in `kernels::wide_draw`: the kept set by classification, the drawn token by
 //! cumulative mass, settled in llama.cpp's summation order); while `mu` keeps growing it goes
 //! there directly for a few steps. That path leaves only the drawn candidate in the array (as
 //! `dist`'s row path does); whatever it cannot settle exactly (very rare) it declines, and the
