@@ -246,7 +246,7 @@ impl Overlay {
     /// Whether `id` has an edit.
     #[inline(always)]
     pub(crate) fn is_edited(&self, id: usize) -> bool {
-        self.tags[id][0] == self.gen
+        self.slot_of(id).is_some()
     }
 
     /// The edited entries as `(id, value)`, the value with the first `upto` transforms applied
