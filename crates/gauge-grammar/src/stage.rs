@@ -116,9 +116,7 @@ impl Sampler for GrammarStage {
         if !self.mask_in_overlay {
             return false;
         }
-        let words = self.state.allowed().as_slice();
-        let allowed: usize = words.iter().map(|w| w.count_ones() as usize).sum();
-        allowed >= KEEP_IN_OVERLAY_MIN && ov.keep_only(words)
+        ov.keep_only_at_least(self.state.allowed().as_slice(), KEEP_IN_OVERLAY_MIN)
     }
 
     /// The allowed tokens straight from the row (in id order, as a filled array filtered by

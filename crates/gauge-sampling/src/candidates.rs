@@ -77,34 +77,13 @@ impl Candidates {
     /// the identity fill filtered, without making the vocabulary-sized fill first. Runs of 32
     /// allowed ids are copied as a block.
     pub fn fill_where(&mut self, logits: &[f32], bits: &[u32]) {
-        let n = logits.len();
-        let entry = |i: usize, logit: f32| TokenData {
-            id: i as TokenId,
-            logit,
-            p: 0.0,
-        };
         self.buf.clear();
-        for (w, &word) in bits.iter().enumerate() {
-            let base = w * 32;
-            if base >= n {
-                break;
-            }
-            if word == u32::MAX && base + 32 <= n {
-                let block = &logits[base..base + 32];
-                self.buf.extend(
-                    block
-                        .iter()
-                        .enumerate()
-                        .map(|(j, &logit)| entry(base + j, logit)),
-                );
-                continue;
-            }
-            let mut rest = word;
-            while rest != 0 {
-                let i = base + rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                if i < n {
-                    self.buf.push(entry(i, logits[i]));
+        // eight words at a time past the empty ones: a small set (a grammar's JSON structure)
+        // leaves most of the vocabulary's words empty
+        for (g, group) in bits.chunks(8).enumerate() {
+            if group.iter().fold(0, |a, &w| a | w) != 0 {
+                for (j, &word) in group.iter().enumerate() {
+                    self.push_word(logits, (g * 8 + j) * 32, word);
                 }
             }
         }
@@ -112,6 +91,33 @@ impl Candidates {
         self.end = self.buf.len();
         self.sorted = false;
         self.selected = None;
+    }
+
+    /// [`Candidates::fill_where`]'s entries for the ids `base..base + 32` whose bit is set in
+    /// `word` (ids past the row: none).
+    #[inline]
+    fn push_word(&mut self, logits: &[f32], base: usize, word: u32) {
+        let n = logits.len();
+        let entry = |i: usize, logit: f32| TokenData {
+            id: i as TokenId,
+            logit,
+            p: 0.0,
+        };
+        if word == u32::MAX && base + 32 <= n {
+            let block = &logits[base..base + 32];
+            let ids = base..base + 32;
+            self.buf
+                .extend(ids.zip(block).map(|(i, &logit)| entry(i, logit)));
+            return;
+        }
+        let mut rest = word;
+        while rest != 0 {
+            let i = base + rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if i < n {
+                self.buf.push(entry(i, logits[i]));
+            }
+        }
     }
 
     /// Replace the live entries with `data` (reusing the buffer).
@@ -198,5 +204,29 @@ mod tests {
         assert_eq!(want.len(), 32 + 2 + 4);
         assert_eq!(got.as_slice(), &want[..]);
         assert!(!got.sorted && got.selected.is_none());
+    }
+
+    /// Sparse sets over a longer row: empty groups of eight words skipped, a lone bit in a group
+    /// kept, full words copied whole, and words past the row (set) ignored.
+    #[test]
+    fn fill_where_skips_empty_words_and_keeps_lone_bits() {
+        let n = 1000; // 31 whole words and 8 ids of the 32nd
+        let logits: Vec<f32> = (0..n).map(|i| (i as f32).sin() * 9.0).collect();
+        let mut words = vec![0u32; 40];
+        words[0] = 1 << 31; // a lone bit closing the first group
+        words[9] = u32::MAX; // a full word after an empty group
+        words[23] = 1; // the only bit of its group
+        words[31] = 0xF0; // ids 996..999 and past the row
+        words[35] = u32::MAX; // wholly past the row
+        let mut got = Candidates::from_logits(&[1.0; 3]);
+        got.fill_where(&logits, &words);
+        let want: Vec<TokenData> = Candidates::from_logits(&logits)
+            .as_slice()
+            .iter()
+            .filter(|t| words[t.id as usize / 32] >> (t.id % 32) & 1 == 1)
+            .copied()
+            .collect();
+        assert_eq!(want.len(), 1 + 32 + 1 + 4);
+        assert_eq!(got.as_slice(), &want[..]);
     }
 }

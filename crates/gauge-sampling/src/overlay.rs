@@ -108,6 +108,20 @@ fn max_abs_bits(row: &[f32]) -> u32 {
 }
 }
 
+crate::simd::multiversion! {
+/// Whether `words` set at least `min` bits, counted 64 words at a time until they do.
+fn sets_at_least(words: &[u32], min: usize) -> bool {
+    let mut n = 0usize;
+    for chunk in words.chunks(64) {
+        if n >= min {
+            return true;
+        }
+        n += chunk.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+    }
+    n >= min
+}
+}
+
 /// Reusable storage for sparse edits over a row of `n` logits. Lookups are O(1) through a
 /// generation-stamped slot table, so clearing between steps is O(edits), not O(n).
 #[derive(Clone, Debug, Default)]
@@ -180,6 +194,14 @@ impl Overlay {
         self.keep.resize(len, 0);
         self.kept = true;
         true
+    }
+
+    /// [`Overlay::keep_only`] for a set of at least `min` ids; a smaller one is not recorded
+    /// (`false`). The bits are counted only until there are `min` (inside a grammar's free
+    /// string, the first few words) and with the CPU's `popcnt`: a caller that filled a small
+    /// set itself spent more on counting every word in software than on the fill.
+    pub fn keep_only_at_least(&mut self, words: &[u32], min: usize) -> bool {
+        sets_at_least(words, min) && self.keep_only(words)
     }
 
     /// The recorded allowed set, if any ([`Overlay::keep_only`]).
@@ -614,6 +636,40 @@ impl Overlay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The set is recorded exactly when it holds `min` ids or more, on every level: counts just
+    /// below and at the threshold, packed into the first words, one bit per word over hundreds
+    /// of words, or in the last word only, and `min = 0` (any set, even an empty one).
+    #[test]
+    fn keep_only_at_least_records_sets_from_min_ids() {
+        let n_words = 400;
+        // (first word, bits per word, how many bits)
+        let layouts = [
+            (0, 32, 255),
+            (0, 32, 256),
+            (3, 1, 255),
+            (3, 1, 256),
+            (399, 32, 32),
+        ];
+        for level in crate::simd::available() {
+            crate::simd::testing::force(Some(level));
+            for (first, per_word, count) in layouts {
+                let mut words = vec![0u32; n_words];
+                for i in 0..count {
+                    let (w, b) = (first + i / per_word, i % per_word);
+                    words[w] |= 1 << b;
+                }
+                for min in [0, count, count + 1] {
+                    let mut ov = Overlay::default();
+                    ov.reset(n_words * 32);
+                    let at = format!("{} first={first} count={count} min={min}", level.name());
+                    assert_eq!(ov.keep_only_at_least(&words, min), count >= min, "{at}");
+                    assert_eq!(ov.keep_mask().is_some(), count >= min, "{at}");
+                }
+            }
+        }
+        crate::simd::testing::force(None);
+    }
 
     #[test]
     fn transforms_apply_in_order_and_edits_after_them_are_final() {

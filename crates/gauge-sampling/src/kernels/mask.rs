@@ -213,40 +213,58 @@ impl Isa for Avx512 {
         }
     }
 
-    /// [`Avx512::span_max`] with the allowed set's 16 bits of each block as the write mask of
-    /// its `vmaxps` (a removed entry leaves the lane as it is, as the portable loop's `-inf`).
+    /// [`Avx512::span_max`] with the allowed set's bits as the write masks of its `vmaxps` (a
+    /// removed entry leaves the lane as it is, as the portable loop's `-inf`): 32 entries and
+    /// one word of the set per step, in two accumulators (one accumulator is a chain of
+    /// dependent `vmaxps`, half the speed).
     #[inline(always)]
     fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
         use std::arch::x86_64::{
-            _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_reduce_max_ps,
-            _mm512_set1_ps, _CMP_NLE_UQ,
+            _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_max_ps,
+            _mm512_reduce_max_ps, _mm512_set1_ps, _CMP_NLE_UQ,
         };
-        let whole = span.len() / 16 * 16;
+        // a block of 16 that starts a word's upper half, and what is left after whole pairs,
+        // as the portable loop reads them
+        let head = if start.is_multiple_of(32) {
+            0
+        } else {
+            span.len().min(16)
+        };
+        let pairs = (span.len() - head) / 32;
+        let (body, tail) = span[head..].split_at(pairs * 32);
         let mut b = false;
-        // the tail, as the portable loop reads it
-        let m = super::span_max_kept(&span[whole..], start + whole, words, &mut b);
+        let body_start = start + head;
+        // (skipped when empty: the portable loop's setup costs more than a pair of blocks)
+        let m0 = match head {
+            0 => f32::NEG_INFINITY,
+            _ => super::span_max_kept(&span[..head], start, words, &mut b),
+        };
+        let m1 = match tail.len() {
+            0 => f32::NEG_INFINITY,
+            _ => super::span_max_kept(tail, body_start + body.len(), words, &mut b),
+        };
+        let ws = &words[body_start / 32..body_start / 32 + pairs];
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
-        // AVX-512; each step loads entries `i..i + 16` with `i + 16 <= whole <= span.len()`.
+        // AVX-512; each step loads the 32 entries of one `chunks_exact(32)` item.
         let (top, flags) = unsafe {
-            let p = span.as_ptr();
             let big = _mm512_set1_ps(f32::MAX);
-            let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut a0 = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut a1 = a0;
             let mut flags = 0u16;
-            for i in (0..whole).step_by(16) {
-                let s = start + i;
-                let kept = (words[s / 32] >> (s % 32)) as u16;
-                let x = _mm512_loadu_ps(p.add(i));
-                acc = _mm512_mask_max_ps(acc, kept, x, acc);
-                flags |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, big);
+            for (pair, &w) in body.chunks_exact(32).zip(ws) {
+                let x0 = _mm512_loadu_ps(pair.as_ptr());
+                let x1 = _mm512_loadu_ps(pair.as_ptr().add(16));
+                a0 = _mm512_mask_max_ps(a0, w as u16, x0, a0);
+                a1 = _mm512_mask_max_ps(a1, (w >> 16) as u16, x1, a1);
+                flags |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x0, big)
+                    | _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x1, big);
             }
-            (_mm512_reduce_max_ps(acc), flags)
+            (_mm512_reduce_max_ps(_mm512_max_ps(a1, a0)), flags)
         };
         *bad |= b | (flags != 0);
-        if top > m {
-            top
-        } else {
-            m
-        }
+        [m0, m1]
+            .into_iter()
+            .fold(top, |m, x| if x > m { x } else { m })
     }
 }
 
