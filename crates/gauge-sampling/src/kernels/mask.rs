@@ -220,8 +220,9 @@ impl Isa for Avx512 {
     #[inline(always)]
     fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
         use std::arch::x86_64::{
-            _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_max_ps,
-            _mm512_reduce_max_ps, _mm512_set1_ps, _CMP_NLE_UQ,
+            _mm512_castps_si512, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_max_epi32,
+            _mm512_max_epu32, _mm512_max_ps, _mm512_reduce_max_epi32, _mm512_reduce_max_epu32,
+            _mm512_reduce_max_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_si512,
         };
         // a block of 16 that starts a word's upper half, and what is left after whole pairs,
         // as the portable loop reads them
@@ -246,22 +247,26 @@ impl Isa for Avx512 {
         let ws = &words[body_start / 32..body_start / 32 + pairs];
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
         // AVX-512; each step loads the 32 entries of one `chunks_exact(32)` item.
-        let (top, flags) = unsafe {
-            let big = _mm512_set1_ps(f32::MAX);
+        let (top, flagged) = unsafe {
             let mut a0 = _mm512_set1_ps(f32::NEG_INFINITY);
             let mut a1 = a0;
-            let mut flags = 0u16;
+            // NaN and +inf by the bits, in integer maxima (no mask registers): as signed
+            // integers `+inf` and positive NaNs are the largest, as unsigned the negative NaNs
+            let (mut si, mut ui) = (_mm512_set1_epi32(i32::MIN), _mm512_setzero_si512());
             for (pair, &w) in body.chunks_exact(32).zip(ws) {
                 let x0 = _mm512_loadu_ps(pair.as_ptr());
                 let x1 = _mm512_loadu_ps(pair.as_ptr().add(16));
                 a0 = _mm512_mask_max_ps(a0, w as u16, x0, a0);
                 a1 = _mm512_mask_max_ps(a1, (w >> 16) as u16, x1, a1);
-                flags |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x0, big)
-                    | _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x1, big);
+                let (b0, b1) = (_mm512_castps_si512(x0), _mm512_castps_si512(x1));
+                si = _mm512_max_epi32(si, _mm512_max_epi32(b0, b1));
+                ui = _mm512_max_epu32(ui, _mm512_max_epu32(b0, b1));
             }
-            (_mm512_reduce_max_ps(_mm512_max_ps(a1, a0)), flags)
+            let flagged = _mm512_reduce_max_epi32(si) >= 0x7f80_0000
+                || _mm512_reduce_max_epu32(ui) > 0xff80_0000;
+            (_mm512_reduce_max_ps(_mm512_max_ps(a1, a0)), flagged)
         };
-        *bad |= b | (flags != 0);
+        *bad |= b | flagged;
         [m0, m1]
             .into_iter()
             .fold(top, |m, x| if x > m { x } else { m })
@@ -429,7 +434,8 @@ mod tests {
 
     /// Every level's maximum over an allowed set against the portable loop: spans starting at
     /// every block of a word, every length up to 100, sets with no, some and all bits, the
-    /// maximum removed or kept, NaN and +inf flagged wherever they sit (removed ones too).
+    /// maximum removed or kept, NaN (either sign) and +inf flagged wherever they sit (removed
+    /// ones too), `-inf` not.
     #[test]
     fn every_level_gives_the_portable_kept_max_and_flag() {
         let mut g = SplitMix64(2);
@@ -438,7 +444,7 @@ mod tests {
             crate::simd::testing::force(Some(level));
             for start in [0usize, 16, 32, 48] {
                 for len in (0..=100usize).chain([256, 272]) {
-                    for case in 0..6 {
+                    for case in 0..8 {
                         let words: Vec<u32> = (0..(start + len).div_ceil(32) + 1)
                             .map(|_| match case {
                                 0 => 0,
@@ -455,6 +461,8 @@ mod tests {
                                 2 => f32::NAN,
                                 3 => f32::INFINITY,
                                 4 => 50.0,
+                                5 => -f32::NAN,
+                                6 => f32::NEG_INFINITY,
                                 _ => span[at],
                             };
                         }
