@@ -485,7 +485,13 @@ impl Sampler for Penalties {
         }
         for (&id, &count) in &self.counts {
             if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
-                ov.set(i, self.penalize_ctrl(ov.get(row, i), count));
+                let now = ov.get(row, i);
+                let v = self.penalize_ctrl(now, count);
+                // An edit that changes no bit is left out: a grammar's removed ids read `-inf`
+                // and stay so, and each edit costs the readers a span with an edit in it.
+                if v.to_bits() != now.to_bits() {
+                    ov.set(i, v);
+                }
             }
         }
         true
@@ -694,6 +700,27 @@ mod tests {
             }
             crate::samplers::testing::assert_sparse_matches_dense(&a, &row);
         }
+    }
+
+    /// ctrl records no edit that changes nothing: seen ids an allowed set removed read `-inf`
+    /// and stay so, so they get none (each edit costs the readers a span with an edit in it),
+    /// while the allowed seen ids get theirs.
+    #[test]
+    fn ctrl_leaves_removed_ids_unedited() {
+        let row: Vec<f32> = (0..64).map(|i| i as f32 * 0.25 - 8.0).collect();
+        let mut pen = Penalties::new(cfg(Window::All, 1.3, 0.0, 0.0));
+        for t in [3, 40, 41] {
+            pen.accept(t);
+        }
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        // ids 32..64 allowed: 3 removed, 40 and 41 kept
+        assert!(ov.keep_only(&[0, u32::MAX]));
+        assert!(pen.apply_sparse(&row, &mut ov));
+        assert!(!ov.is_edited(3));
+        assert!(ov.is_edited(40) && ov.is_edited(41));
+        assert_eq!(ov.get(&row, 3), f32::NEG_INFINITY);
+        assert_eq!(ov.get(&row, 40), ctrl_penalize(row[40], 1.3));
     }
 
     /// Normalized mode after other sparse stages: it sums the current values (an earlier edit, a
