@@ -220,8 +220,8 @@ impl Isa for Avx512 {
     #[inline(always)]
     fn span_max_kept(span: &[f32], start: usize, words: &[u32], bad: &mut bool) -> f32 {
         use std::arch::x86_64::{
-            _mm512_castps_si512, _mm512_loadu_ps, _mm512_mask_max_ps, _mm512_max_epi32,
-            _mm512_max_epu32, _mm512_max_ps, _mm512_reduce_max_epi32, _mm512_reduce_max_epu32,
+            _mm512_castps_si512, _mm512_cmpge_epi32_mask, _mm512_cmpgt_epu32_mask, _mm512_loadu_ps,
+            _mm512_mask_max_ps, _mm512_max_epi32, _mm512_max_epu32, _mm512_max_ps,
             _mm512_reduce_max_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_si512,
         };
         // a block of 16 that starts a word's upper half, and what is left after whole pairs,
@@ -262,8 +262,10 @@ impl Isa for Avx512 {
                 si = _mm512_max_epi32(si, _mm512_max_epi32(b0, b1));
                 ui = _mm512_max_epu32(ui, _mm512_max_epu32(b0, b1));
             }
-            let flagged = _mm512_reduce_max_epi32(si) >= 0x7f80_0000
-                || _mm512_reduce_max_epu32(ui) > 0xff80_0000;
+            // one compare per kind for the span, not a horizontal reduction
+            let flagged = _mm512_cmpge_epi32_mask(si, _mm512_set1_epi32(0x7f80_0000))
+                | _mm512_cmpgt_epu32_mask(ui, _mm512_set1_epi32(0xff80_0000_u32 as i32))
+                != 0;
             (_mm512_reduce_max_ps(_mm512_max_ps(a1, a0)), flagged)
         };
         *bad |= b | flagged;
