@@ -186,6 +186,16 @@ impl Candidates {
 mod tests {
     use super::*;
 
+    /// The reference: the identity fill, then the entries whose bit is set.
+    fn identity_fill_where(logits: &[f32], words: &[u32]) -> Vec<TokenData> {
+        Candidates::from_logits(logits)
+            .as_slice()
+            .iter()
+            .filter(|t| words[t.id as usize / 32] >> (t.id % 32) & 1 == 1)
+            .copied()
+            .collect()
+    }
+
     #[test]
     fn fill_where_is_the_identity_fill_filtered_by_the_bits() {
         let n = 100; // a partial last word, and bits past n in it
@@ -195,12 +205,7 @@ mod tests {
         got.sorted = true;
         got.selected = Some(1);
         got.fill_where(&logits, &words);
-        let want: Vec<TokenData> = Candidates::from_logits(&logits)
-            .as_slice()
-            .iter()
-            .filter(|t| words[t.id as usize / 32] >> (t.id % 32) & 1 == 1)
-            .copied()
-            .collect();
+        let want = identity_fill_where(&logits, &words);
         assert_eq!(want.len(), 32 + 2 + 4);
         assert_eq!(got.as_slice(), &want[..]);
         assert!(!got.sorted && got.selected.is_none());
@@ -220,12 +225,7 @@ mod tests {
         words[35] = u32::MAX; // wholly past the row
         let mut got = Candidates::from_logits(&[1.0; 3]);
         got.fill_where(&logits, &words);
-        let want: Vec<TokenData> = Candidates::from_logits(&logits)
-            .as_slice()
-            .iter()
-            .filter(|t| words[t.id as usize / 32] >> (t.id % 32) & 1 == 1)
-            .copied()
-            .collect();
+        let want = identity_fill_where(&logits, &words);
         assert_eq!(want.len(), 1 + 32 + 1 + 4);
         assert_eq!(got.as_slice(), &want[..]);
     }

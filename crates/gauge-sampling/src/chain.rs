@@ -47,8 +47,8 @@ crate::simd::multiversion! {
 /// stage that reads the row straight (`Sampler::apply_from_row`) uses it to answer
 /// `FromRow::Invalid`, and the chain then reports the exact entry. Dispatched
 /// ([`crate::simd`]): the span-max kernel top-k reads the row with, whose maximum never takes a
-/// NaN, so some value is above `-inf` exactly when the maximum is. (Two flags per lane, as
-/// before, kept the CPU's mask registers busy: a third of the speed of one read.)
+/// NaN, so some value is above `-inf` exactly when the maximum is (a loop of two flags per lane
+/// kept the CPU's mask registers busy, at a third of the speed of a read).
 pub fn row_flags<I>(logits: &[f32]) -> (bool, bool) {
     let mut bad = false;
     let max = I::span_max(logits, &mut bad);
