@@ -320,6 +320,16 @@ impl Overlay {
         }
     }
 
+    /// [`Overlay::set`] unless `v` is, bit for bit, `now`: what `id` reads now (`get`). An edit
+    /// that changes nothing only costs the readers a span with an edit in it (a grammar's removed
+    /// ids read `-inf` and stay so under the penalties and DRY).
+    #[inline]
+    pub(crate) fn update(&mut self, id: usize, now: f32, v: f32) {
+        if v.to_bits() != now.to_bits() {
+            self.set(id, v);
+        }
+    }
+
     /// Record a whole-row transform. `false` (nothing recorded) when `MAX_TRANSFORMS` are pending,
     /// or for a second lazy mask: the caller then declines its sparse form.
     pub(crate) fn push_transform(&mut self, t: Transform) -> bool {

@@ -248,7 +248,8 @@ impl Sampler for Dry {
                     continue;
                 };
                 if let Some(p) = self.penalty(id, len) {
-                    ov.set(i, ov.get(row, i) - p);
+                    let now = ov.get(row, i);
+                    ov.update(i, now, now - p);
                 }
             }
         }
@@ -465,6 +466,31 @@ mod tests {
             a.accept(t);
         }
         crate::samplers::testing::assert_sparse_matches_dense(&a, &row);
+    }
+
+    /// The ids a grammar removed read `-inf` and stay so: no edit for them, the allowed ones
+    /// penalised as usual.
+    #[test]
+    fn removed_ids_get_no_edit() {
+        let row: Vec<f32> = (0..64).map(|i| i as f32 * 0.1).collect();
+        let mut s = Dry::new(DryConfig {
+            multiplier: 1.0,
+            base: 2.0,
+            allowed_length: 1,
+            penalty_last_n: Window::All,
+            breakers: vec![],
+        });
+        // the suffix "0 1" was followed by 2 and by 3 before
+        for t in [0, 1, 2, 0, 1, 3, 0, 1] {
+            s.accept(t);
+        }
+        let mut ov = Overlay::default();
+        ov.reset(row.len());
+        assert!(ov.keep_only(&[!(1 << 2), u32::MAX])); // every id but 2
+        assert!(s.apply_sparse(&row, &mut ov));
+        assert!(!ov.is_edited(2));
+        assert!(ov.is_edited(3) && ov.get(&row, 3) < row[3]);
+        assert_eq!(ov.get(&row, 2), f32::NEG_INFINITY);
     }
 
     #[test]

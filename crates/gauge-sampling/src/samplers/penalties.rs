@@ -486,12 +486,7 @@ impl Sampler for Penalties {
         for (&id, &count) in &self.counts {
             if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
                 let now = ov.get(row, i);
-                let v = self.penalize_ctrl(now, count);
-                // An edit that changes no bit is left out: a grammar's removed ids read `-inf`
-                // and stay so, and each edit costs the readers a span with an edit in it.
-                if v.to_bits() != now.to_bits() {
-                    ov.set(i, v);
-                }
+                ov.update(i, now, self.penalize_ctrl(now, count));
             }
         }
         true
