@@ -235,6 +235,17 @@ pub(crate) mod testing {
     thread_local! {
         static RAW_UNDER_MAPS: Cell<u64> = const { Cell::new(0) };
         static HEAP_REPLAYS: Cell<u64> = const { Cell::new(0) };
+        static KNOWN_SPANS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Spans the heap replay judged by the first pass's maximum instead of reading them, on this
+    /// thread so far.
+    pub(crate) fn known_spans() -> u64 {
+        KNOWN_SPANS.with(Cell::get)
+    }
+
+    pub(crate) fn note_known_span() {
+        KNOWN_SPANS.with(|c| c.set(c.get() + 1));
     }
 
     /// Blocks a kernel read raw although transforms were pending (its fast path under monotone

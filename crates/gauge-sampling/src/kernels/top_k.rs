@@ -83,14 +83,36 @@ fn scan_top_k(
         return Scan::Ambiguous;
     }
     let mut scratch = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
-    let pass = top_k_pass(row, ov, k, floor, upto, &mut scratch, buf);
+    let scan = scan_with(row, ov, k, floor, upto, replay, &mut scratch, buf);
     SPANS.with(|sp| *sp.borrow_mut() = scratch);
+    scan
+}
+
+/// [`scan_top_k`] with its span scratch.
+#[allow(clippy::too_many_arguments)]
+fn scan_with(
+    row: &[f32],
+    ov: &Overlay,
+    k: usize,
+    floor: f32,
+    upto: usize,
+    replay: bool,
+    scratch: &mut SpanScratch,
+    buf: &mut Vec<(f32, u32)>,
+) -> Scan {
+    let n = row.len();
+    let pass = top_k_pass(row, ov, k, floor, upto, scratch, buf);
+    // Without edits, and with no pending mask, the first pass's span maxima are each span's
+    // largest current value (floored): the replay skips spans by them instead of reading the row
+    // again.
+    let known = (!ov.has_edits() && (upto == 0 || ov.monotone_upto(upto)))
+        .then(|| (&scratch.maxima[..], span_len(n, k)));
     let kept = ov.keep_mask().is_some();
     let ambiguous = |buf: &mut Vec<(f32, u32)>| {
         if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
             #[cfg(test)]
             super::testing::note_heap_replay();
-            heap_replay(row, ov, k.min(n), floor, upto, buf)
+            heap_replay(row, ov, k.min(n), floor, upto, known, buf)
         } else {
             Scan::Ambiguous
         }
@@ -187,6 +209,16 @@ fn top_k_pass<I>(
 }
 }
 
+/// The first pass's span length: [`SPAN`], or shorter so that a narrow row still has at least
+/// `k` spans, whose maxima give the entry bar.
+fn span_len(n: usize, k: usize) -> usize {
+    if n >= k * SPAN {
+        SPAN
+    } else {
+        (n / k / CHUNK * CHUNK).max(CHUNK)
+    }
+}
+
 /// [`top_k_pass`]'s body, with (`KEPT`) or without an allowed set.
 ///
 /// The row is read in whole spans, edits or not, and the edited entries join from the overlay's
@@ -213,12 +245,7 @@ fn passes<const KEPT: bool, I: Isa>(
     let raw = plain || ov.monotone_upto(upto);
     // A grammar's allowed set: removed ids read as -inf, from the raw entries and the set's bits.
     let keep = if KEPT { ov.keep_mask() } else { None };
-    // at least k spans where the row allows, so that their maxima give the entry bar below
-    let span_len = if n >= k * SPAN {
-        SPAN
-    } else {
-        (n / k / CHUNK * CHUNK).max(CHUNK)
-    };
+    let span_len = span_len(n, k);
     let SpanScratch {
         maxima,
         keys,
@@ -365,6 +392,7 @@ fn heap_replay<I>(
     k: usize,
     floor: f32,
     upto: usize,
+    known: Option<(&[f32], usize)>,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
     use crate::sort::{adjust_heap, make_heap, sort_heap};
@@ -374,6 +402,7 @@ fn heap_replay<I>(
     // under monotone ones it is the raw entry mapped
     let raw = upto == 0;
     let mono = ov.monotone_upto(upto);
+    let map = |m: f32| if raw { m } else { ov.map_upto(m, upto, row) };
     let mut vbuf = [0.0f32; CHUNK];
     buf.clear();
     // the array's first k entries, and the first id after them
@@ -408,7 +437,15 @@ fn heap_replay<I>(
     };
     make_heap(buf, k, &mut less);
     let mut ignore = false;
-    for (start, span, edited) in spans(row, ov) {
+    // the first pass's spans with their maxima, or the row walked span by span (edits apart)
+    let from_pass = known.map(|(maxima, len)| {
+        (row.chunks(len).enumerate()).map(move |(s, span)| (s * len, span, false, Some(maxima[s])))
+    });
+    let walked = known
+        .is_none()
+        .then(|| spans(row, ov).map(|(start, span, edited)| (start, span, edited, None)));
+    let all = from_pass.into_iter().flatten();
+    for (start, span, edited, max) in all.chain(walked.into_iter().flatten()) {
         let end = start + span.len();
         if end <= after {
             continue;
@@ -416,13 +453,20 @@ fn heap_replay<I>(
         // an unedited span's values are its raw entries under the pending maps, so under
         // monotone maps (the log-softmax, a temperature) the map of its raw maximum bounds them
         if (raw || mono) && !edited {
-            let m = match ov.keep_mask() {
-                None => I::span_max(span, &mut ignore),
+            let m = match (max, ov.keep_mask()) {
+                // the first pass's maximum: mapped and floored already
+                (Some(m), _) => {
+                    #[cfg(test)]
+                    super::testing::note_known_span();
+                    m
+                }
+                (None, None) => masked(map(I::span_max(span, &mut ignore))),
                 // the kept entries' maximum: removed ids never enter, whatever their raw value
-                Some(words) => I::span_max_kept(span, start, words, &mut ignore),
+                (None, Some(words)) => {
+                    masked(map(I::span_max_kept(span, start, words, &mut ignore)))
+                }
             };
-            let m = if raw { m } else { ov.map_upto(m, upto, row) };
-            if masked(m) <= buf[0].0 {
+            if m <= buf[0].0 {
                 continue;
             }
             // Only an entry whose value beats the top enters, and the top only rises, so the raw
@@ -629,6 +673,61 @@ mod tests {
                 Scan::Invalid => panic!("seed {seed}: finite row reported invalid"),
             }
         }
+    }
+
+    /// Ties without edits: the heap replay skips spans by the first pass's maxima instead of
+    /// reading them again, and still gives llama.cpp's order, with no transform, under monotone
+    /// ones, above a floor and over an allowed set (whose array holds only the allowed entries).
+    #[test]
+    fn the_heap_replay_skips_spans_by_the_first_pass_maxima() {
+        use crate::overlay::Transform;
+        let mut buf = Vec::new();
+        let (replays, known) = (
+            crate::kernels::testing::heap_replays(),
+            crate::kernels::testing::known_spans(),
+        );
+        for seed in 0..60u64 {
+            let n = 300 + (seed as usize * 977) % 20_000;
+            let k = (1 + (seed as usize * 13) % 128).min(n);
+            let (row, mut ov, _) = row_with_edits(n, seed, 0, true);
+            match seed % 4 {
+                1 => assert!(ov.push_transform(Transform::Div(0.7))),
+                2 => {
+                    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    assert!(ov.push_transform(Transform::LogProb { max, lse: 2.5 }));
+                }
+                _ => {}
+            }
+            let words: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32).wrapping_mul(0x9E37_79B9) | 0x0101_0101)
+                .collect();
+            let kept = seed % 4 == 3 && ov.keep_only(&words);
+            ov.prepare();
+            let floor = if seed % 5 == 0 { Some(-1.0) } else { None };
+            let f = floor.unwrap_or(f32::NEG_INFINITY);
+            let full: Vec<f32> = (0..n)
+                .map(|i| ov.get(&row, i))
+                .map(|v| if v < f { f32::NEG_INFINITY } else { v })
+                .collect();
+            let mut c = crate::candidates::Candidates::from_logits(&full);
+            if kept {
+                c.fill_where(&full, &words);
+            }
+            crate::ops::top_k_impl(&mut c, k as i32);
+            let want: Vec<(f32, u32)> = c
+                .as_slice()
+                .iter()
+                .map(|t| (t.logit, t.id as u32))
+                .collect();
+            assert_eq!(
+                top_k_unique(&row, &ov, k, floor, &mut buf),
+                Scan::Done,
+                "seed {seed}"
+            );
+            assert_eq!(buf, want, "seed {seed}");
+        }
+        assert!(crate::kernels::testing::heap_replays() > replays + 30);
+        assert!(crate::kernels::testing::known_spans() > known);
     }
 
     /// A repeat penalty's edits lower the row's top entries, which are the raw maxima of their
