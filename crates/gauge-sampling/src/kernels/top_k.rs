@@ -82,70 +82,55 @@ fn scan_top_k(
     if k == 0 || n == 0 {
         return Scan::Ambiguous;
     }
-    let mut scratch = SPANS.with(|sp| std::mem::take(&mut *sp.borrow_mut()));
-    let scan = scan_with(row, ov, k, floor, upto, replay, &mut scratch, buf);
-    SPANS.with(|sp| *sp.borrow_mut() = scratch);
-    scan
-}
-
-/// [`scan_top_k`] with its span scratch.
-#[allow(clippy::too_many_arguments)]
-fn scan_with(
-    row: &[f32],
-    ov: &Overlay,
-    k: usize,
-    floor: f32,
-    upto: usize,
-    replay: bool,
-    scratch: &mut SpanScratch,
-    buf: &mut Vec<(f32, u32)>,
-) -> Scan {
-    let n = row.len();
-    let pass = top_k_pass(row, ov, k, floor, upto, scratch, buf);
-    // Without edits, and with no pending mask, the first pass's span maxima are each span's
-    // largest current value (floored): the replay skips spans by them instead of reading the row
-    // again.
-    let known = (!ov.has_edits() && (upto == 0 || ov.monotone_upto(upto)))
-        .then(|| (&scratch.maxima[..], span_len(n, k)));
-    let kept = ov.keep_mask().is_some();
-    let ambiguous = |buf: &mut Vec<(f32, u32)>| {
-        if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
-            #[cfg(test)]
-            super::testing::note_heap_replay();
-            heap_replay(row, ov, k.min(n), floor, upto, known, buf)
-        } else {
-            Scan::Ambiguous
+    // the span scratch stays borrowed for the replay, which reads the span maxima
+    SPANS.with(|sp| {
+        let scratch = &mut *sp.borrow_mut();
+        let pass = top_k_pass(row, ov, k, floor, upto, scratch, buf);
+        // Without edits, and with no pending mask, the first pass's span maxima are each
+        // span's largest current value (floored): the replay skips spans by them instead of
+        // reading the row again.
+        let known = (!ov.has_edits() && (upto == 0 || ov.monotone_upto(upto)))
+            .then(|| (&scratch.maxima[..], span_len(n, k)));
+        let kept = ov.keep_mask().is_some();
+        let ambiguous = |buf: &mut Vec<(f32, u32)>| {
+            if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
+                #[cfg(test)]
+                super::testing::note_heap_replay();
+                heap_replay(row, ov, k.min(n), floor, upto, known, buf)
+            } else {
+                Scan::Ambiguous
+            }
+        };
+        match pass {
+            Scan::Done => {}
+            Scan::Ambiguous => return ambiguous(buf),
+            Scan::Invalid => return Scan::Invalid,
         }
-    };
-    match pass {
-        Scan::Done => {}
-        Scan::Ambiguous => return ambiguous(buf),
-        Scan::Invalid => return Scan::Invalid,
-    }
-    // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
-    if buf.len() < k && n > buf.len() {
-        return ambiguous(buf);
-    }
-    // a removed id (read as -inf) may be among the k only if the k-th value is -inf
-    if kept && buf.iter().any(|e| e.0 == f32::NEG_INFINITY) {
-        return Scan::Ambiguous;
-    }
-    sort_by_value_desc(buf);
-    let k = k.min(buf.len());
-    for w in buf[..k].windows(2) {
-        if w[0].0 <= w[1].0 {
+        // Masked entries (-inf) only enter when fewer than k values survive the mask: they tie.
+        if buf.len() < k && n > buf.len() {
             return ambiguous(buf);
         }
-    }
-    if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
-        return ambiguous(buf);
-    }
-    // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
-    if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
-        return ambiguous(buf);
-    }
-    buf.truncate(k);
-    Scan::Done
+        // a removed id (read as -inf) may be among the k only if the k-th value is -inf
+        if kept && buf.iter().any(|e| e.0 == f32::NEG_INFINITY) {
+            return Scan::Ambiguous;
+        }
+        sort_by_value_desc(buf);
+        let k = k.min(buf.len());
+        for w in buf[..k].windows(2) {
+            if w[0].0 <= w[1].0 {
+                return ambiguous(buf);
+            }
+        }
+        if buf.len() > k && buf[k - 1].0 <= buf[k].0 {
+            return ambiguous(buf);
+        }
+        // The bucket sort files values beyond the i32 range of 6.4x+64 (and -inf) in bucket 0.
+        if k > 128 && buf[..k].iter().any(|e| e.0.abs() >= 3.0e8) {
+            return ambiguous(buf);
+        }
+        buf.truncate(k);
+        Scan::Done
+    })
 }
 
 /// `f32::total_cmp`'s order as an unsigned key: the magnitude bits of negatives flipped (the
