@@ -320,11 +320,13 @@ impl Overlay {
         }
     }
 
-    /// [`Overlay::set`] unless `v` is, bit for bit, `now`: what `id` reads now (`get`). An edit
-    /// that changes nothing only costs the readers a span with an edit in it (a grammar's removed
-    /// ids read `-inf` and stay so under the penalties and DRY).
+    /// Set `id` to `f` of what it reads now, unless that changes no bit: an edit that changes
+    /// nothing only costs the readers a span with an edit in it (a grammar's removed ids read
+    /// `-inf` and stay so under the penalties and DRY).
     #[inline]
-    pub(crate) fn update(&mut self, id: usize, now: f32, v: f32) {
+    pub(crate) fn update(&mut self, row: &[f32], id: usize, f: impl FnOnce(f32) -> f32) {
+        let now = self.get(row, id);
+        let v = f(now);
         if v.to_bits() != now.to_bits() {
             self.set(id, v);
         }

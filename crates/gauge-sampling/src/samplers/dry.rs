@@ -248,8 +248,7 @@ impl Sampler for Dry {
                     continue;
                 };
                 if let Some(p) = self.penalty(id, len) {
-                    let now = ov.get(row, i);
-                    ov.update(i, now, now - p);
+                    ov.update(row, i, |now| now - p);
                 }
             }
         }

@@ -485,8 +485,7 @@ impl Sampler for Penalties {
         }
         for (&id, &count) in &self.counts {
             if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
-                let now = ov.get(row, i);
-                ov.update(i, now, self.penalize_ctrl(now, count));
+                ov.update(row, i, |now| self.penalize_ctrl(now, count));
             }
         }
         true
