@@ -599,3 +599,59 @@ fn normalized_penalty_chains_match_the_fill_path() {
         }
     });
 }
+
+/// Every row kernel above runs on every level only if each level's intrinsics are compiled into
+/// its body. An intrinsic called from a closure (which does not inherit the body's target
+/// features) becomes a call to an out-of-line function: the chains stay bit-identical, so no test
+/// above notices, but AVX2's top-k ran at half the baseline's speed that way (its 64-entry mask
+/// folded over a closure). This binary links every dispatched kernel; in an optimised build none
+/// of `core::arch`'s vector intrinsics may be left as a function of its own (std's `_xgetbv`, the
+/// feature detection, aside).
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "an unoptimised build calls every intrinsic out of line"
+)]
+fn no_vector_intrinsic_is_left_out_of_line() {
+    let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    let names = elf_function_names(&exe);
+    assert!(
+        names.iter().any(|n| n.contains("fast_vs_fill")),
+        "no symbol table read ({} function names)",
+        names.len()
+    );
+    let calls: Vec<&String> = (names.iter())
+        .filter(|n| n.contains("core_arch") && !n.contains("xgetbv"))
+        .collect();
+    assert!(calls.is_empty(), "intrinsics compiled as calls: {calls:?}");
+}
+
+/// The names of the `FUNC` symbols in a little-endian ELF64 file's symbol table.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn elf_function_names(elf: &[u8]) -> Vec<String> {
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not an ELF64 file");
+    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
+    let section = |i: usize| shoff + i * shentsize;
+    let mut names = Vec::new();
+    for i in 0..shnum {
+        let sh = section(i);
+        if u32_at(sh + 4) != 2 {
+            continue; // SHT_SYMTAB only
+        }
+        let (off, size, entsize) = (u64_at(sh + 0x18), u64_at(sh + 0x20), u64_at(sh + 0x38));
+        let strtab = u64_at(section(u32_at(sh + 0x28)) + 0x18);
+        for sym in (off..off + size).step_by(entsize) {
+            if elf[sym + 4] & 0xf != 2 {
+                continue; // STT_FUNC only
+            }
+            let name = &elf[strtab + u32_at(sym)..];
+            let end = name.iter().position(|&b| b == 0).unwrap();
+            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        }
+    }
+    names
+}
