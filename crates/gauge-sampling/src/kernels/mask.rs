@@ -13,16 +13,9 @@ pub(crate) trait Isa {
     fn mask_ge(block: &[f32], t: f32) -> u32;
 
     /// Bit `j` set when `group[j] >= t`, for `group.len() <= 64`: [`Isa::mask_ge`] per 16.
-    ///
-    /// A loop, not a closure: a closure does not inherit the level's target features, so the
-    /// intrinsics inside it were calls (AVX2's top-k ran at half the baseline's speed).
     #[inline(always)]
     fn mask_ge64(group: &[f32], t: f32) -> u64 {
-        let mut m = 0;
-        for (i, b) in group.chunks(16).enumerate() {
-            m |= u64::from(Self::mask_ge(b, t)) << (16 * i);
-        }
-        m
+        mask_ge64_per_16::<Self>(group, t)
     }
 
     /// [`super::span_max`]'s value (the sign of a zero maximum aside: a tree may pick either
@@ -55,6 +48,18 @@ pub(crate) trait Isa {
             }
         }
     }
+}
+
+/// [`Isa::mask_ge64`] as [`Isa::mask_ge`] per 16 entries (a short group, or a level without its
+/// own). A loop, not a closure: a closure does not inherit the level's target features, so the
+/// intrinsics inside one were calls (AVX2's top-k ran at half the baseline's speed).
+#[inline(always)]
+fn mask_ge64_per_16<I: Isa + ?Sized>(group: &[f32], t: f32) -> u64 {
+    let mut m = 0;
+    for (i, b) in group.chunks(16).enumerate() {
+        m |= u64::from(I::mask_ge(b, t)) << (16 * i);
+    }
+    m
 }
 
 /// [`Isa::sigma_lanes`] in four 8-lane registers, for the levels with AVX2 (the same operations,
@@ -217,11 +222,7 @@ impl Isa for Avx2 {
             _mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ,
         };
         if group.len() != 64 {
-            let mut m = 0;
-            for (i, b) in group.chunks(16).enumerate() {
-                m |= u64::from(Self::mask_ge(b, t)) << (16 * i);
-            }
-            return m;
+            return mask_ge64_per_16::<Self>(group, t);
         }
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
         // the eight loads read the group's 64 entries.
@@ -274,11 +275,7 @@ impl Isa for Avx512 {
             _CMP_GE_OQ,
         };
         if group.len() != 64 {
-            let mut m = 0;
-            for (i, b) in group.chunks(16).enumerate() {
-                m |= u64::from(Self::mask_ge(b, t)) << (16 * i);
-            }
-            return m;
+            return mask_ge64_per_16::<Self>(group, t);
         }
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
         // AVX-512; the four loads read the group's 64 entries.
