@@ -142,12 +142,21 @@ pub(crate) const FIRST_MAX_BLOCK: usize = 1024;
 /// that block alone searched for the first entry equal to it (`==`, so of equal values, −0 and +0
 /// included, the first wins, as in the strict scan), and only when it beats `beat`: a greedy scan
 /// over many short stretches (a row cut by edits) searches only the few that raise its best.
+///
+/// The level's kernels do both reads (`I`): its span maximum (whose sign of a zero maximum may
+/// differ, which neither the strict `>` nor the search's compare sees) and its 64-entry mask for
+/// the search (`x >= max` holds exactly for the entries equal to the max; the scalar search ran
+/// an entry at a time).
 #[inline(always)]
-pub(crate) fn span_first_max(span: &[f32], bad: &mut bool, beat: f32) -> Option<(f32, usize)> {
+pub(crate) fn span_first_max<I: mask::Isa>(
+    span: &[f32],
+    bad: &mut bool,
+    beat: f32,
+) -> Option<(f32, usize)> {
     let mut best = beat;
     let mut at = None;
     for (b, block) in span.chunks(FIRST_MAX_BLOCK).enumerate() {
-        let m = span_max(block, bad);
+        let m = I::span_max(block, bad);
         if m > best {
             best = m;
             at = Some(b * FIRST_MAX_BLOCK);
@@ -156,7 +165,14 @@ pub(crate) fn span_first_max(span: &[f32], bad: &mut bool, beat: f32) -> Option<
     let start = at?;
     let block = &span[start..(start + FIRST_MAX_BLOCK).min(span.len())];
     // the block's maximum is one of its entries (NaN never enters it), so the search finds it
-    let j = block.iter().position(|&x| x == best).unwrap_or(0);
+    let mut j = 0;
+    for (g, group) in block.chunks(64).enumerate() {
+        let hits = I::mask_ge64(group, best);
+        if hits != 0 {
+            j = g * 64 + hits.trailing_zeros() as usize;
+            break;
+        }
+    }
     Some((block[j], start + j))
 }
 

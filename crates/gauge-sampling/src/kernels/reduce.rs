@@ -9,7 +9,7 @@ multiversion! {
 /// from index 0. `None` if the row holds NaN or +inf (pending transforms may create `+inf`, e.g. a
 /// huge logit divided by a small temperature; that is a valid value, not an error). Dispatched
 /// ([`crate::simd`]).
-pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
+pub fn first_max<I>(row: &[f32], ov: &Overlay) -> Option<usize> {
     let mut best_i = 0usize;
     let mut best = ov.get(row, 0);
     let mut bad = false;
@@ -26,7 +26,7 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
     for (start, span, edited) in spans_of(row, ov, usize::MAX) {
         if plain && !edited {
             // a later span only wins with a strictly larger value, at its first occurrence
-            if let Some((sm, at)) = span_first_max(span, &mut bad, best) {
+            if let Some((sm, at)) = span_first_max::<I>(span, &mut bad, best) {
                 best = sm;
                 best_i = start + at;
             }
@@ -36,14 +36,25 @@ pub fn first_max(row: &[f32], ov: &Overlay) -> Option<usize> {
             for (b, block) in span.chunks(FIRST_MAX_BLOCK).enumerate() {
                 #[cfg(test)]
                 super::testing::note_raw_under_maps();
-                let v = ov.map_upto(span_max(block, &mut bad), upto, row);
+                let v = ov.map_upto(I::span_max(block, &mut bad), upto, row);
                 if v > best {
-                    // every raw entry that maps to `v` is at or above its raw bar
+                    // every raw entry that maps to `v` is at or above its raw bar: the first
+                    // of those that does, 64 entries per test
                     let r = ov.raw_bar(v, upto, row);
-                    let map = |x: f32| ov.map_upto(x, upto, row);
-                    let j = block.iter().position(|&x| x >= r && map(x) == v);
+                    let mut j = 0;
+                    'search: for (g, group) in block.chunks(64).enumerate() {
+                        let mut hits = I::mask_ge64(group, r);
+                        while hits != 0 {
+                            let i = hits.trailing_zeros() as usize;
+                            hits &= hits - 1;
+                            if ov.map_upto(group[i], upto, row) == v {
+                                j = g * 64 + i;
+                                break 'search;
+                            }
+                        }
+                    }
                     best = v;
-                    best_i = start + b * FIRST_MAX_BLOCK + j.unwrap_or(0);
+                    best_i = start + b * FIRST_MAX_BLOCK + j;
                 }
             }
             continue;
