@@ -101,6 +101,62 @@ unsafe fn sigma_lanes_avx2(span: &[f32], l: &mut [[f32; 8]; 4]) {
 pub(crate) struct Portable;
 
 impl Isa for Portable {
+    /// On x86_64, SSE2 in four 4-lane accumulators with one tree reduction per span (the
+    /// portable loop ends every span with sixteen dependent compares); the loop elsewhere.
+    #[inline(always)]
+    fn span_max(span: &[f32], bad: &mut bool) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{
+                _mm_cmpnle_ps, _mm_cvtss_f32, _mm_loadu_ps, _mm_max_ps, _mm_movehl_ps,
+                _mm_movemask_ps, _mm_or_ps, _mm_set1_ps, _mm_setzero_ps, _mm_shuffle_ps,
+            };
+            let whole = span.len() / 16 * 16;
+            let (mut m, mut b) = (f32::NEG_INFINITY, false);
+            for &x in &span[whole..] {
+                m = if x > m { x } else { m };
+                b |= super::is_bad(x);
+            }
+            // SAFETY: SSE2 is part of x86_64; each step loads entries `i..i + 16` with
+            // `i + 16 <= whole <= span.len()`.
+            let (top, flagged) = unsafe {
+                let p = span.as_ptr();
+                let big = _mm_set1_ps(f32::MAX);
+                let ninf = _mm_set1_ps(f32::NEG_INFINITY);
+                let (mut a0, mut a1, mut a2, mut a3) = (ninf, ninf, ninf, ninf);
+                let mut flags = _mm_setzero_ps();
+                let mut i = 0;
+                while i < whole {
+                    let x0 = _mm_loadu_ps(p.add(i));
+                    let x1 = _mm_loadu_ps(p.add(i + 4));
+                    let x2 = _mm_loadu_ps(p.add(i + 8));
+                    let x3 = _mm_loadu_ps(p.add(i + 12));
+                    // `maxps` keeps the second operand when the first is not greater (NaN too)
+                    a0 = _mm_max_ps(x0, a0);
+                    a1 = _mm_max_ps(x1, a1);
+                    a2 = _mm_max_ps(x2, a2);
+                    a3 = _mm_max_ps(x3, a3);
+                    let f01 = _mm_or_ps(_mm_cmpnle_ps(x0, big), _mm_cmpnle_ps(x1, big));
+                    let f23 = _mm_or_ps(_mm_cmpnle_ps(x2, big), _mm_cmpnle_ps(x3, big));
+                    flags = _mm_or_ps(flags, _mm_or_ps(f01, f23));
+                    i += 16;
+                }
+                let h = _mm_max_ps(_mm_max_ps(a0, a1), _mm_max_ps(a2, a3));
+                let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                let h = _mm_max_ps(h, _mm_shuffle_ps::<0b01>(h, h));
+                (_mm_cvtss_f32(h), _mm_movemask_ps(flags) != 0)
+            };
+            *bad |= b | flagged;
+            if top > m {
+                top
+            } else {
+                m
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        super::span_max(span, bad)
+    }
+
     #[inline(always)]
     fn mask_ge(block: &[f32], t: f32) -> u32 {
         #[cfg(target_arch = "x86_64")]
