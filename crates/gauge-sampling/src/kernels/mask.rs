@@ -50,6 +50,18 @@ pub(crate) trait Isa {
     }
 }
 
+/// The largest of a few entries (a vector loop's tail; NaN never enters) and whether any is NaN or
+/// +inf, one at a time.
+#[inline(always)]
+fn scalar_max(xs: &[f32]) -> (f32, bool) {
+    let (mut m, mut b) = (f32::NEG_INFINITY, false);
+    for &x in xs {
+        m = if x > m { x } else { m };
+        b |= super::is_bad(x);
+    }
+    (m, b)
+}
+
 /// [`Isa::mask_ge64`] as [`Isa::mask_ge`] per 16 entries (a short group, or a level without its
 /// own). A loop, not a closure: a closure does not inherit the level's target features, so the
 /// intrinsics inside one were calls (AVX2's top-k ran at half the baseline's speed).
@@ -112,11 +124,7 @@ impl Isa for Portable {
                 _mm_movemask_ps, _mm_or_ps, _mm_set1_ps, _mm_setzero_ps, _mm_shuffle_ps,
             };
             let whole = span.len() / 16 * 16;
-            let (mut m, mut b) = (f32::NEG_INFINITY, false);
-            for &x in &span[whole..] {
-                m = if x > m { x } else { m };
-                b |= super::is_bad(x);
-            }
+            let (m, b) = scalar_max(&span[whole..]);
             // SAFETY: SSE2 is part of x86_64; each step loads entries `i..i + 16` with
             // `i + 16 <= whole <= span.len()`.
             let (top, flagged) = unsafe {
@@ -221,11 +229,7 @@ impl Isa for Avx2 {
             _mm_max_ps, _mm_movehl_ps, _mm_shuffle_ps, _CMP_NLE_UQ,
         };
         let whole = span.len() / 32 * 32;
-        let (mut m, mut b) = (f32::NEG_INFINITY, false);
-        for &x in &span[whole..] {
-            m = if x > m { x } else { m };
-            b |= super::is_bad(x);
-        }
+        let (m, b) = scalar_max(&span[whole..]);
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
         // each step loads entries `i..i + 32` with `i + 32 <= whole <= span.len()`.
         let (top, flagged) = unsafe {
@@ -419,11 +423,7 @@ impl Isa for Avx512 {
             _mm512_set1_ps, _CMP_NLE_UQ,
         };
         let whole = span.len() / 32 * 32;
-        let (mut m, mut b) = (f32::NEG_INFINITY, false);
-        for &x in &span[whole..] {
-            m = if x > m { x } else { m };
-            b |= super::is_bad(x);
-        }
+        let (m, b) = scalar_max(&span[whole..]);
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
         // AVX-512; each step loads entries `i..i + 32` with `i + 32 <= whole <= span.len()`.
         let (top, flags) = unsafe {
