@@ -62,6 +62,44 @@ fn scalar_max(xs: &[f32]) -> (f32, bool) {
     (m, b)
 }
 
+/// A vector loop's maximum and NaN/+inf flag joined with its scalar tail's (`tail`, from
+/// [`scalar_max`] or the portable kernel), the flags into `bad`.
+#[inline(always)]
+fn join_tail(top: f32, flagged: bool, (m, b): (f32, bool), bad: &mut bool) -> f32 {
+    *bad |= b | flagged;
+    if top > m {
+        top
+    } else {
+        m
+    }
+}
+
+/// The largest of four lanes, as a tree (SSE2; the sign of a zero maximum may be either).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn hmax128(h: std::arch::x86_64::__m128) -> f32 {
+    use std::arch::x86_64::{_mm_cvtss_f32, _mm_max_ps, _mm_movehl_ps, _mm_shuffle_ps};
+    // SAFETY: SSE2 is part of x86_64.
+    unsafe {
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_max_ps(h, _mm_shuffle_ps::<0b01>(h, h)))
+    }
+}
+
+/// The largest of eight lanes, as a tree. Only called from bodies compiled with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn hmax256(a: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::{_mm256_castps256_ps128, _mm256_extractf128_ps, _mm_max_ps};
+    // SAFETY: callers are level bodies that `multiversion!` runs only where AVX2 was found.
+    unsafe {
+        hmax128(_mm_max_ps(
+            _mm256_castps256_ps128(a),
+            _mm256_extractf128_ps::<1>(a),
+        ))
+    }
+}
+
 /// [`Isa::mask_ge64`] as [`Isa::mask_ge`] per 16 entries (a short group, or a level without its
 /// own). A loop, not a closure: a closure does not inherit the level's target features, so the
 /// intrinsics inside one were calls (AVX2's top-k ran at half the baseline's speed).
@@ -120,11 +158,11 @@ impl Isa for Portable {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{
-                _mm_cmpnle_ps, _mm_cvtss_f32, _mm_loadu_ps, _mm_max_ps, _mm_movehl_ps,
-                _mm_movemask_ps, _mm_or_ps, _mm_set1_ps, _mm_setzero_ps, _mm_shuffle_ps,
+                _mm_cmpnle_ps, _mm_loadu_ps, _mm_max_ps, _mm_movemask_ps, _mm_or_ps, _mm_set1_ps,
+                _mm_setzero_ps,
             };
             let whole = span.len() / 16 * 16;
-            let (m, b) = scalar_max(&span[whole..]);
+            let tail = scalar_max(&span[whole..]);
             // SAFETY: SSE2 is part of x86_64; each step loads entries `i..i + 16` with
             // `i + 16 <= whole <= span.len()`.
             let (top, flagged) = unsafe {
@@ -150,16 +188,9 @@ impl Isa for Portable {
                     i += 16;
                 }
                 let h = _mm_max_ps(_mm_max_ps(a0, a1), _mm_max_ps(a2, a3));
-                let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_max_ps(h, _mm_shuffle_ps::<0b01>(h, h));
-                (_mm_cvtss_f32(h), _mm_movemask_ps(flags) != 0)
+                (hmax128(h), _mm_movemask_ps(flags) != 0)
             };
-            *bad |= b | flagged;
-            if top > m {
-                top
-            } else {
-                m
-            }
+            join_tail(top, flagged, tail, bad)
         }
         #[cfg(not(target_arch = "x86_64"))]
         super::span_max(span, bad)
@@ -224,12 +255,11 @@ impl Isa for Avx2 {
     #[inline(always)]
     fn span_max(span: &[f32], bad: &mut bool) -> f32 {
         use std::arch::x86_64::{
-            _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_extractf128_ps, _mm256_loadu_ps,
-            _mm256_max_ps, _mm256_movemask_ps, _mm256_or_ps, _mm256_set1_ps, _mm_cvtss_f32,
-            _mm_max_ps, _mm_movehl_ps, _mm_shuffle_ps, _CMP_NLE_UQ,
+            _mm256_cmp_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_movemask_ps, _mm256_or_ps,
+            _mm256_set1_ps, _CMP_NLE_UQ,
         };
         let whole = span.len() / 32 * 32;
-        let (m, b) = scalar_max(&span[whole..]);
+        let tail = scalar_max(&span[whole..]);
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
         // each step loads entries `i..i + 32` with `i + 32 <= whole <= span.len()`.
         let (top, flagged) = unsafe {
@@ -260,17 +290,9 @@ impl Isa for Avx2 {
                 i += 32;
             }
             let a = _mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3));
-            let h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-            let h = _mm_max_ps(h, _mm_shuffle_ps::<0b01>(h, h));
-            (_mm_cvtss_f32(h), _mm256_movemask_ps(flags) != 0)
+            (hmax256(a), _mm256_movemask_ps(flags) != 0)
         };
-        *bad |= b | flagged;
-        if top > m {
-            top
-        } else {
-            m
-        }
+        join_tail(top, flagged, tail, bad)
     }
 
     /// The allowed entries' maximum 16 at a time: the set's 16 bits spread to lane masks (`and`
@@ -284,18 +306,18 @@ impl Isa for Avx2 {
             _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_loadu_ps, _mm256_max_epi32,
             _mm256_max_epu32, _mm256_max_ps, _mm256_movemask_epi8, _mm256_or_si256,
             _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_si256,
-            _mm256_slli_epi32, _mm256_storeu_ps, _mm256_xor_si256,
+            _mm256_slli_epi32, _mm256_xor_si256,
         };
         debug_assert!(start.is_multiple_of(16));
         let whole = span.len() / 16 * 16;
         let mut b = false;
-        let tail = match whole < span.len() {
+        let m = match whole < span.len() {
             true => super::span_max_kept(&span[whole..], start + whole, words, &mut b),
             false => f32::NEG_INFINITY,
         };
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found AVX2;
         // each step loads entries `i..i + 16` with `i + 16 <= whole <= span.len()`.
-        let (lanes, flagged) = unsafe {
+        let (top, flagged) = unsafe {
             let p = span.as_ptr();
             let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
             let lo = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -325,14 +347,12 @@ impl Isa for Avx2 {
                 _mm256_xor_si256(ui, sign),
                 _mm256_set1_epi32(0xff80_0000_u32 as i32 ^ i32::MIN),
             );
-            let mut lanes = [0.0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(a1, a0));
-            (lanes, _mm256_movemask_epi8(_mm256_or_si256(pos, neg)) != 0)
+            (
+                hmax256(_mm256_max_ps(a1, a0)),
+                _mm256_movemask_epi8(_mm256_or_si256(pos, neg)) != 0,
+            )
         };
-        *bad |= b | flagged;
-        lanes
-            .into_iter()
-            .fold(tail, |m, x| if x > m { x } else { m })
+        join_tail(top, flagged, (m, b), bad)
     }
 
     /// Eight compares and mask moves, with no test of the length per 16 entries.
@@ -427,7 +447,7 @@ impl Isa for Avx512 {
             _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_si512,
         };
         let whole = span.len() / 64 * 64;
-        let (m, b) = scalar_max(&span[whole..]);
+        let tail = scalar_max(&span[whole..]);
         // SAFETY: `multiversion!` calls this level's body only where `simd::level()` found
         // AVX-512; each step loads entries `i..i + 64` with `i + 64 <= whole <= span.len()`.
         let (top, flagged) = unsafe {
@@ -459,12 +479,7 @@ impl Isa for Avx512 {
             let a = _mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3));
             (_mm512_reduce_max_ps(a), flagged)
         };
-        *bad |= b | flagged;
-        if top > m {
-            top
-        } else {
-            m
-        }
+        join_tail(top, flagged, tail, bad)
     }
 
     /// [`Avx512::span_max`] with the allowed set's bits as the write masks of its `vmaxps` (a
