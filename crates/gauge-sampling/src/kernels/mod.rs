@@ -252,6 +252,27 @@ pub(crate) mod testing {
         static RAW_UNDER_MAPS: Cell<u64> = const { Cell::new(0) };
         static HEAP_REPLAYS: Cell<u64> = const { Cell::new(0) };
         static KNOWN_SPANS: Cell<u64> = const { Cell::new(0) };
+        static EDITED_FIRST_MAX: Cell<u64> = const { Cell::new(0) };
+        static SPANS_READ: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Spans top-k's second pass read (their maximum reached the bar), on this thread so far.
+    pub(crate) fn spans_read() -> u64 {
+        SPANS_READ.with(Cell::get)
+    }
+
+    pub(crate) fn note_span_read() {
+        SPANS_READ.with(|c| c.set(c.get() + 1));
+    }
+
+    /// Greedy scans answered by the edited-row path (whole blocks plus the overlay's list), on
+    /// this thread so far.
+    pub(crate) fn edited_first_max() -> u64 {
+        EDITED_FIRST_MAX.with(Cell::get)
+    }
+
+    pub(crate) fn note_edited_first_max() {
+        EDITED_FIRST_MAX.with(|c| c.set(c.get() + 1));
     }
 
     /// Spans the heap replay judged by the first pass's maximum instead of reading them, on this

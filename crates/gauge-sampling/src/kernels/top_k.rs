@@ -20,12 +20,14 @@ fn keep_bits64(words: &[u32], start: usize) -> u64 {
 }
 
 /// [`passes`]' per-span scratch, reused so a step allocates nothing: each span's maximum, their
-/// order keys for the selection, and one bit per span that holds an edit.
+/// order keys for the selection, one bit per span that holds an edit, and one per span whose
+/// maximum may be an edited entry's raw value.
 #[derive(Default)]
 struct SpanScratch {
     maxima: Vec<f32>,
     keys: Vec<u32>,
     holds_edits: Vec<u64>,
+    dirty: Vec<u64>,
 }
 
 thread_local! {
@@ -235,6 +237,7 @@ fn passes<const KEPT: bool, I: Isa>(
         maxima,
         keys,
         holds_edits,
+        dirty,
     } = scratch;
     holds_edits.clear();
     holds_edits.resize(n.div_ceil(span_len).div_ceil(64), 0);
@@ -273,7 +276,17 @@ fn passes<const KEPT: bool, I: Isa>(
     if bad {
         return Scan::Invalid;
     }
-    // The entry bar starts at the k-th largest of the clean spans' maxima and the edited values:
+    // A span's maximum belongs to an unedited entry unless an edited entry's unedited value
+    // reaches it ("dirty"; under a penalty, the spans of the row's best tokens).
+    dirty.clear();
+    dirty.resize(holds_edits.len(), 0);
+    for id in ov.edited_ids() {
+        let s = id / span_len;
+        if ov.unedited_value(row, id, upto) >= maxima[s] {
+            dirty[s / 64] |= 1 << (s % 64);
+        }
+    }
+    // The entry bar starts at the k-th largest of the other spans' maxima and the edited values:
     // k distinct entries, so the k-th largest entry is at least that. Spans below it are never
     // read.
     let mut t = floor;
@@ -282,7 +295,7 @@ fn passes<const KEPT: bool, I: Isa>(
         maxima
             .iter()
             .enumerate()
-            .filter(|&(s, _)| !held(s))
+            .filter(|&(s, _)| dirty[s / 64] >> (s % 64) & 1 == 0)
             .map(|(_, &m)| !order_key(m)),
     );
     let edited = ov.edited_values(row, upto);
@@ -299,6 +312,8 @@ fn passes<const KEPT: bool, I: Isa>(
         if m < t {
             continue;
         }
+        #[cfg(test)]
+        super::testing::note_span_read();
         let start = s * span_len;
         let span = &row[start..(start + span_len).min(n)];
         let skip_edited = held(s);
@@ -739,6 +754,42 @@ mod tests {
                 crate::kernels::testing::heap_replays(),
                 replays,
                 "seed {seed}"
+            );
+        }
+    }
+
+    /// Edits off the spans' maxima (a penalty on ids that are not their span's best) leave
+    /// those spans' maxima in the bar: the second pass reads no more spans than without the
+    /// edits, and the answer is top-k of the current values.
+    #[test]
+    fn edits_below_their_span_maximum_keep_the_span_in_the_bar() {
+        let mut buf = Vec::new();
+        for seed in 0..20u64 {
+            let n = 49_152;
+            let (row, clean, _) = row_with_edits(n, seed, 0, false);
+            let read = |ov: &Overlay, buf: &mut Vec<(f32, u32)>| {
+                let before = crate::kernels::testing::spans_read();
+                assert_eq!(top_k_unique(&row, ov, 40, None, buf), Scan::Done);
+                crate::kernels::testing::spans_read() - before
+            };
+            let unedited = read(&clean, &mut buf);
+            let mut ov = Overlay::default();
+            ov.reset(n);
+            let mut g = crate::synth::SplitMix64(seed);
+            while ov.edited_ids().count() < 64 {
+                let id = (g.next_u64() % n as u64) as usize;
+                let span = &row[id / SPAN * SPAN..(id / SPAN + 1) * SPAN];
+                if row[id] < span.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) {
+                    ov.set(id, row[id] - 1.0);
+                }
+            }
+            ov.prepare();
+            let full: Vec<f32> = (0..n).map(|i| ov.get(&row, i)).collect();
+            let edited = read(&ov, &mut buf);
+            assert_eq!(buf, slow_top_k(&full, 40, f32::NEG_INFINITY), "seed {seed}");
+            assert!(
+                edited <= unedited,
+                "seed {seed}: {edited} spans read, {unedited} without edits"
             );
         }
     }
