@@ -20,14 +20,15 @@ fn keep_bits64(words: &[u32], start: usize) -> u64 {
 }
 
 /// [`passes`]' per-span scratch, reused so a step allocates nothing: each span's maximum, their
-/// order keys for the selection, one bit per span that holds an edit, and one per span whose
-/// maximum may be an edited entry's raw value.
+/// order keys for the selection, one bit per span that holds an edit, one per span whose
+/// maximum may be an edited entry's raw value, and the edited entries' values.
 #[derive(Default)]
 struct SpanScratch {
     maxima: Vec<f32>,
     keys: Vec<u32>,
     holds_edits: Vec<u64>,
     dirty: Vec<u64>,
+    edited: Vec<(f32, u32)>,
 }
 
 thread_local! {
@@ -238,14 +239,8 @@ fn passes<const KEPT: bool, I: Isa>(
         keys,
         holds_edits,
         dirty,
+        edited,
     } = scratch;
-    holds_edits.clear();
-    holds_edits.resize(n.div_ceil(span_len).div_ceil(64), 0);
-    for &c in ov.edited_chunks() {
-        let s = c as usize * CHUNK / span_len;
-        holds_edits[s / 64] |= 1 << (s % 64);
-    }
-    let held = |s: usize| holds_edits[s / 64] >> (s % 64) & 1 != 0;
     let mut vbuf = [0.0f32; CHUNK];
     let mut bad = false;
     maxima.clear();
@@ -276,16 +271,23 @@ fn passes<const KEPT: bool, I: Isa>(
     if bad {
         return Scan::Invalid;
     }
-    // A span's maximum belongs to an unedited entry unless an edited entry's unedited value
-    // reaches it ("dirty"; under a penalty, the spans of the row's best tokens).
+    // One walk over the edits: the spans that hold one, their values, and the spans whose
+    // maximum may be an edited entry's unedited value ("dirty"; under a penalty, the spans of the
+    // row's best tokens). Every other span's maximum belongs to an unedited entry.
+    holds_edits.clear();
+    holds_edits.resize(maxima.len().div_ceil(64), 0);
     dirty.clear();
-    dirty.resize(holds_edits.len(), 0);
-    for id in ov.edited_ids() {
+    dirty.resize(maxima.len().div_ceil(64), 0);
+    edited.clear();
+    for (id, v) in ov.edited_values(row, upto) {
         let s = id / span_len;
+        holds_edits[s / 64] |= 1 << (s % 64);
         if ov.unedited_value(row, id, upto) >= maxima[s] {
             dirty[s / 64] |= 1 << (s % 64);
         }
+        edited.push((if v < floor { f32::NEG_INFINITY } else { v }, id as u32));
     }
+    let held = |s: usize| holds_edits[s / 64] >> (s % 64) & 1 != 0;
     // The entry bar starts at the k-th largest of the other spans' maxima and the edited values:
     // k distinct entries, so the k-th largest entry is at least that. Spans below it are never
     // read.
@@ -298,8 +300,7 @@ fn passes<const KEPT: bool, I: Isa>(
             .filter(|&(s, _)| dirty[s / 64] >> (s % 64) & 1 == 0)
             .map(|(_, &m)| !order_key(m)),
     );
-    let edited = ov.edited_values(row, upto);
-    keys.extend(edited.map(|(_, v)| !order_key(if v < floor { f32::NEG_INFINITY } else { v })));
+    keys.extend(edited.iter().map(|&(v, _)| !order_key(v)));
     if keys.len() >= k {
         // as descending keys (a primitive select, faster than a comparator's)
         keys.select_nth_unstable(k - 1);
@@ -365,12 +366,7 @@ fn passes<const KEPT: bool, I: Isa>(
             }
         }
     }
-    for (id, v) in ov.edited_values(row, upto) {
-        let v = if v < floor { f32::NEG_INFINITY } else { v };
-        if v >= t {
-            buf.push((v, id as u32));
-        }
-    }
+    buf.extend(edited.iter().filter(|e| e.0 >= t));
     Scan::Done
 }
 
