@@ -33,6 +33,8 @@ use std::sync::OnceLock;
 use crate::candidates::{Candidates, TokenId};
 use crate::samplers::penalties::shifted_log_prob;
 
+mod slots;
+
 /// A whole-row operation recorded instead of applied (see the module docs).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Transform {
@@ -123,18 +125,20 @@ fn sets_at_least(words: &[u32], min: usize) -> bool {
 }
 
 /// Reusable storage for sparse edits over a row of `n` logits. Lookups are O(1) through a bit per
-/// id and a slot table, and clearing between steps is O(edits), not O(n).
+/// id and a table of the edited ids' slots, and clearing between steps is O(edits), not O(n).
 #[derive(Clone, Debug, Default)]
 pub struct Overlay {
     /// One bit per id, set when it has an edit this step: the readers test ids in bulk (every hit
     /// in a span that holds an edit), and the bits of 151,936 ids (19 KB) stay in L1 where a
-    /// table of slots (600 KB) would not.
+    /// table with an entry per id (600 KB) would not.
     edited: Vec<u64>,
     /// One bit per word of `edited` that has a bit set: `prepare` walks these to list the edited
     /// chunks in order instead of sorting them.
     edited_words: Vec<u64>,
     /// Per id with its bit set, the index of its edit in `edits`.
-    slots: Vec<u32>,
+    slots: slots::Slots,
+    /// The row length the tables are sized for.
+    n: usize,
     /// `(id, value, number of transforms already applied to value)`.
     edits: Vec<(TokenId, f32, u8)>,
     /// Sorted, deduplicated chunk indices (`id / CHUNK`) that hold an edit.
@@ -162,8 +166,9 @@ pub(crate) const CHUNK: usize = 16;
 impl Overlay {
     /// Forget all edits and transforms and size the tables for a row of `n` logits.
     pub fn reset(&mut self, n: usize) {
-        if self.slots.len() != n {
-            self.slots = vec![0; n];
+        self.slots.clear();
+        if self.n != n {
+            self.n = n;
             self.edited = vec![0; n.div_ceil(64)];
             self.edited_words = vec![0; n.div_ceil(64 * 64)];
         } else {
@@ -194,7 +199,7 @@ impl Overlay {
         if !self.is_pristine() {
             return false;
         }
-        let len = self.slots.len().div_ceil(32);
+        let len = self.n.div_ceil(32);
         self.keep.clear();
         self.keep.extend_from_slice(&words[..words.len().min(len)]);
         self.keep.resize(len, 0);
@@ -223,7 +228,8 @@ impl Overlay {
 
     #[inline]
     fn slot_of(&self, id: usize) -> Option<usize> {
-        self.is_edited(id).then(|| self.slots[id] as usize)
+        self.is_edited(id)
+            .then(|| self.slots.get(id as u32) as usize)
     }
 
     /// One transform applied to one value (`row` is needed only to resolve a lazy mask).
@@ -335,7 +341,7 @@ impl Overlay {
             None => {
                 self.edited[id / 64] |= 1 << (id % 64);
                 self.edited_words[id / (64 * 64)] |= 1 << (id / 64 % 64);
-                self.slots[id] = self.edits.len() as u32;
+                self.slots.insert(id as u32, self.edits.len() as u32);
                 self.edits.push((id as TokenId, v, k));
                 self.chunks_dirty = true;
             }
