@@ -301,6 +301,12 @@ impl Overlay {
         })
     }
 
+    /// Whether the `CHUNK` ids from `start` (a multiple of `CHUNK`) hold an edit.
+    #[inline]
+    pub(crate) fn block_has_edit(&self, start: usize) -> bool {
+        self.edited[start / 64] >> (start % 64) & ((1 << CHUNK) - 1) != 0
+    }
+
     /// The edited ids, in the order they were first written.
     pub(crate) fn edited_ids(&self) -> impl Iterator<Item = usize> + '_ {
         self.edits.iter().map(|&(id, _, _)| id as usize)

@@ -29,6 +29,7 @@ struct SpanScratch {
     holds_edits: Vec<u64>,
     dirty: Vec<u64>,
     edited: Vec<(f32, u32)>,
+    bounds: Vec<f32>,
 }
 
 thread_local! {
@@ -89,11 +90,25 @@ fn scan_top_k(
     SPANS.with(|sp| {
         let scratch = &mut *sp.borrow_mut();
         let pass = top_k_pass(row, ov, k, floor, upto, scratch, buf);
-        // Without edits, and with no pending mask, the first pass's span maxima are each
-        // span's largest current value (floored): the replay skips spans by them instead of
-        // reading the row again.
-        let known = (!ov.has_edits() && (upto == 0 || ov.monotone_upto(upto)))
-            .then(|| (&scratch.maxima[..], span_len(n, k)));
+        // With no pending mask, the first pass's span maxima bound each span's current values
+        // (with the edited values in it): the replay skips spans by them instead of reading the
+        // row again.
+        let SpanScratch {
+            maxima,
+            holds_edits,
+            edited,
+            bounds,
+            ..
+        } = scratch;
+        let known = (upto == 0 || ov.monotone_upto(upto)).then(|| Known {
+            bounds: if edited.is_empty() {
+                maxima
+            } else {
+                span_bounds(bounds, maxima, edited, span_len(n, k))
+            },
+            len: span_len(n, k),
+            held: holds_edits,
+        });
         let kept = ov.keep_mask().is_some();
         let ambiguous = |buf: &mut Vec<(f32, u32)>| {
             if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
@@ -240,6 +255,7 @@ fn passes<const KEPT: bool, I: Isa>(
         holds_edits,
         dirty,
         edited,
+        bounds: _,
     } = scratch;
     let mut vbuf = [0.0f32; CHUNK];
     let mut bad = false;
@@ -370,6 +386,32 @@ fn passes<const KEPT: bool, I: Isa>(
     Scan::Done
 }
 
+/// What the first pass left for [`heap_replay`]: a bound on each span's current values, the
+/// span length and the spans that hold an edit.
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    bounds: &'a [f32],
+    len: usize,
+    held: &'a [u64],
+}
+
+/// Each span's bound on its current values: its maximum (raw entries mapped and floored, edited
+/// ones at their raw value), or an edited value in it (floored) if larger.
+fn span_bounds<'a>(
+    bounds: &'a mut Vec<f32>,
+    maxima: &[f32],
+    edited: &[(f32, u32)],
+    len: usize,
+) -> &'a [f32] {
+    bounds.clear();
+    bounds.extend_from_slice(maxima);
+    for &(v, id) in edited {
+        let s = id as usize / len;
+        bounds[s] = if v > bounds[s] { v } else { bounds[s] };
+    }
+    bounds
+}
+
 multiversion! {
 /// llama.cpp's `std::partial_sort` of the top `k` (`k <= 128`) over the identity-layout array of
 /// current values (entries below `floor` read as -inf), replayed on the row without filling it:
@@ -388,7 +430,7 @@ fn heap_replay<I>(
     k: usize,
     floor: f32,
     upto: usize,
-    known: Option<(&[f32], usize)>,
+    known: Option<Known<'_>>,
     buf: &mut Vec<(f32, u32)>,
 ) -> Scan {
     use crate::sort::{adjust_heap, make_heap, sort_heap};
@@ -433,9 +475,12 @@ fn heap_replay<I>(
     };
     make_heap(buf, k, &mut less);
     let mut ignore = false;
-    // the first pass's spans with their maxima, or the row walked span by span (edits apart)
-    let from_pass = known.map(|(maxima, len)| {
-        (row.chunks(len).enumerate()).map(move |(s, span)| (s * len, span, false, Some(maxima[s])))
+    // the first pass's spans with their bounds, or the row walked span by span (edits apart)
+    let from_pass = known.map(|kn| {
+        (row.chunks(kn.len).enumerate()).map(move |(s, span)| {
+            let held = kn.held[s / 64] >> (s % 64) & 1 != 0;
+            (s * kn.len, span, held, Some(kn.bounds[s]))
+        })
     });
     let walked = known
         .is_none()
@@ -495,6 +540,16 @@ fn heap_replay<I>(
             }
             continue;
         }
+        if let Some(m) = max {
+            // a first-pass span that holds an edit: skipped by its bound, else read through the
+            // overlay
+            #[cfg(test)]
+            super::testing::note_known_span();
+            if m > buf[0].0 {
+                replay_held_span(row, ov, start, span, upto, (after, floor), &mut buf[..k]);
+            }
+            continue;
+        }
         for (i, block) in span.chunks(CHUNK).enumerate() {
             let bstart = start + i * CHUNK;
             let vals = ov.block_upto(row, bstart, block, edited, upto, &mut vbuf);
@@ -510,6 +565,38 @@ fn heap_replay<I>(
     sort_heap(buf, k, &mut less);
     Scan::Done
 }
+}
+
+/// [`heap_replay`]'s step over a first-pass span that holds an edit, block by block through the
+/// overlay: every id from `after` whose value (below `floor`: `-inf`) beats the heap's top
+/// enters. Out of line, so the replay's loop over clean spans stays as tight as without edits.
+#[inline(never)]
+fn replay_held_span(
+    row: &[f32],
+    ov: &Overlay,
+    start: usize,
+    span: &[f32],
+    upto: usize,
+    (after, floor): (usize, f32),
+    buf: &mut [(f32, u32)],
+) {
+    let mut less = |a: &(f32, u32), b: &(f32, u32)| a.0 > b.0;
+    let mut vbuf = [0.0f32; CHUNK];
+    let k = buf.len();
+    for (i, block) in span.chunks(CHUNK).enumerate() {
+        let bstart = start + i * CHUNK;
+        let edited = ov.block_has_edit(bstart);
+        for (j, &x) in ov
+            .block_upto(row, bstart, block, edited, upto, &mut vbuf)
+            .iter()
+            .enumerate()
+        {
+            let (v, id) = (if x < floor { f32::NEG_INFINITY } else { x }, bstart + j);
+            if id >= after && v > buf[0].0 {
+                crate::sort::adjust_heap(buf, 0, k, (v, id as u32), &mut less);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -671,17 +758,31 @@ mod tests {
         }
     }
 
-    /// Ties without edits: the heap replay skips spans by the first pass's maxima instead of
-    /// reading them again, and still gives llama.cpp's order, with no transform, under monotone
-    /// ones, above a floor and over an allowed set (whose array holds only the allowed entries).
+    /// Ties: the heap replay skips spans by the first pass's maxima (raised by the edited values
+    /// in them) instead of reading them again, and still gives llama.cpp's order, with no
+    /// transform, under monotone ones, above a floor, over an allowed set (whose array holds only
+    /// the allowed entries), and with edits that lower span maxima, raise entries above them and
+    /// tie other entries.
     #[test]
     fn the_heap_replay_skips_spans_by_the_first_pass_maxima() {
+        for edits in [false, true] {
+            let (replays, known) = (
+                crate::kernels::testing::heap_replays(),
+                crate::kernels::testing::known_spans(),
+            );
+            heap_replay_cases(edits);
+            let at = format!("edits: {edits}");
+            assert!(
+                crate::kernels::testing::heap_replays() > replays + 30,
+                "{at}"
+            );
+            assert!(crate::kernels::testing::known_spans() > known, "{at}");
+        }
+    }
+
+    fn heap_replay_cases(edits: bool) {
         use crate::overlay::Transform;
         let mut buf = Vec::new();
-        let (replays, known) = (
-            crate::kernels::testing::heap_replays(),
-            crate::kernels::testing::known_spans(),
-        );
         for seed in 0..60u64 {
             let n = 300 + (seed as usize * 977) % 20_000;
             let k = (1 + (seed as usize * 13) % 128).min(n);
@@ -698,6 +799,24 @@ mod tests {
                 .map(|w| (w as u32).wrapping_mul(0x9E37_79B9) | 0x0101_0101)
                 .collect();
             let kept = seed % 4 == 3 && ov.keep_only(&words);
+            let mut g = crate::synth::SplitMix64(seed);
+            for e in 0..if edits { 40 } else { 0 } {
+                let id = if e % 2 == 0 {
+                    // a span's first maximum: its span's raw maximum is now an edited entry's
+                    let s = (g.next_u64() as usize % n.div_ceil(SPAN)) * SPAN;
+                    let span = &row[s..(s + SPAN).min(n)];
+                    let m = span.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    s + span.iter().position(|&x| x == m).unwrap_or(0)
+                } else {
+                    g.next_u64() as usize % n
+                };
+                let v = match g.next_u64() % 3 {
+                    0 => ov.get(&row, g.next_u64() as usize % n),
+                    1 => ov.get(&row, id) - 2.0,
+                    _ => ov.get(&row, id) + 1.5,
+                };
+                ov.set(id, v);
+            }
             ov.prepare();
             let floor = if seed % 5 == 0 { Some(-1.0) } else { None };
             let f = floor.unwrap_or(f32::NEG_INFINITY);
@@ -718,12 +837,10 @@ mod tests {
             assert_eq!(
                 top_k_unique(&row, &ov, k, floor, &mut buf),
                 Scan::Done,
-                "seed {seed}"
+                "seed {seed} edits {edits}"
             );
-            assert_eq!(buf, want, "seed {seed}");
+            assert_eq!(buf, want, "seed {seed} edits {edits}");
         }
-        assert!(crate::kernels::testing::heap_replays() > replays + 30);
-        assert!(crate::kernels::testing::known_spans() > known);
     }
 
     /// A repeat penalty's edits lower the row's top entries, which are the raw maxima of their
