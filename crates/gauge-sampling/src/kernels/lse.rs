@@ -288,6 +288,52 @@ mod tests {
         );
     }
 
+    /// Every level the machine runs gives the baseline level's bits, for the row kernel and the
+    /// candidate-array kernel: lengths around the block and lane sizes, blocks on both sides of
+    /// the grouping bound, a max that rises block after block and inside the tail, `-inf`
+    /// entries, a shift.
+    #[test]
+    fn every_level_gives_the_same_bits() {
+        let mut next = xorshift(5);
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        for &n in &[1usize, 7, 16, 63, 64, 65, 127, 200, 1000, 4096 + 37, 49_152] {
+            rows.push((0..n).map(|_| (next() - 0.5) * 24.0).collect());
+            rows.push((0..n).map(|i| i as f32 / 64.0 + next()).collect());
+            let mut r: Vec<f32> = (0..n).map(|_| (next() - 0.5) * 6.0).collect();
+            r[n / 2] = 9.0;
+            r[n - 1] = f32::NEG_INFINITY;
+            rows.push(r);
+        }
+        let levels = crate::simd::available();
+        for (i, row) in rows.iter().enumerate() {
+            let bits = |level| {
+                crate::simd::testing::force(Some(level));
+                let (m, l) = row_max_lse(row, 0.0);
+                let (ms, ls) = row_max_lse(row, 1.25);
+                let (dm, dl) = data_max_lse(&as_data(row));
+                crate::simd::testing::force(None);
+                [
+                    m.to_bits() as u64,
+                    l.to_bits(),
+                    ms.to_bits() as u64,
+                    ls.to_bits(),
+                    dm.to_bits() as u64,
+                    dl.to_bits(),
+                ]
+            };
+            let want = bits(levels[0]);
+            for &level in &levels[1..] {
+                assert_eq!(
+                    bits(level),
+                    want,
+                    "row {i} (n {}) on {}",
+                    row.len(),
+                    level.name()
+                );
+            }
+        }
+    }
+
     /// A row whose max rises block after block (every block rescales the sums) and one that
     /// rises inside the tail: the result is the exact log-sum-exp to the terms' own accuracy,
     /// and the max is the row's.
