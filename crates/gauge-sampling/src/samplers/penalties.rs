@@ -293,6 +293,18 @@ pub struct Penalties {
     values: Vec<f32>,
     /// The current values before compaction, when earlier stages left edits or transforms.
     scratch: Vec<f32>,
+    /// The sparse ctrl path's ids in the row, their counts, values and penalised values.
+    batch: Batch,
+}
+
+/// [`Penalties::apply_sparse`]'s ctrl batch, one array per field so the penalty loop vectorises
+/// (a vector select, not a branch on each value's sign).
+#[derive(Clone, Debug, Default)]
+struct Batch {
+    ids: Vec<u32>,
+    counts: Vec<u32>,
+    now: Vec<f32>,
+    new: Vec<f32>,
 }
 
 /// Build the stage as llama.cpp's init does (a `?penalties` placeholder when disabled).
@@ -315,6 +327,7 @@ impl Penalties {
             counts: IdMap::default(),
             values: Vec::new(),
             scratch: Vec::new(),
+            batch: Batch::default(),
         }
     }
 
@@ -483,9 +496,35 @@ impl Sampler for Penalties {
         if self.is_dense() {
             return self.normalized_sparse(row, ov);
         }
+        // In three loops: every value loaded first (the row is not in cache yet at this stage,
+        // and a branch on each loaded value's sign, mispredicted half the time, discarded the
+        // loads issued after it: 0.4 µs per token with 64 ids), the penalty over the batch, then
+        // the edits, each only if it changes a bit (as `Overlay::update`).
+        let Batch {
+            ids,
+            counts,
+            now,
+            new,
+        } = &mut self.batch;
+        ids.clear();
+        counts.clear();
         for (&id, &count) in &self.counts {
-            if let Some(i) = usize::try_from(id).ok().filter(|&i| i < row.len()) {
-                ov.update(row, i, |now| self.penalize_ctrl(now, count));
+            if let Some(i) = u32::try_from(id).ok().filter(|&i| (i as usize) < row.len()) {
+                ids.push(i);
+                counts.push(count);
+            }
+        }
+        now.clear();
+        now.extend(ids.iter().map(|&i| ov.get(row, i as usize)));
+        new.clear();
+        let c = &self.cfg;
+        new.extend(now.iter().zip(counts.iter()).map(|(&z, &count)| {
+            let n = Self::freq_count(c.once_per_token, count);
+            penalize_seen(PenaltyMode::Ctrl, z, c.repeat, n, c.freq, c.present)
+        }));
+        for ((&i, &z), &v) in ids.iter().zip(now.iter()).zip(new.iter()) {
+            if v.to_bits() != z.to_bits() {
+                ov.set(i as usize, v);
             }
         }
         true
