@@ -90,9 +90,6 @@ fn scan_top_k(
     SPANS.with(|sp| {
         let scratch = &mut *sp.borrow_mut();
         let pass = top_k_pass(row, ov, k, floor, upto, scratch, buf);
-        // With no pending mask, the first pass's span maxima bound each span's current values
-        // (with the edited values in it): the replay skips spans by them instead of reading the
-        // row again.
         let SpanScratch {
             maxima,
             holds_edits,
@@ -100,20 +97,23 @@ fn scan_top_k(
             bounds,
             ..
         } = scratch;
-        let known = (upto == 0 || ov.monotone_upto(upto)).then(|| Known {
-            bounds: if edited.is_empty() {
-                maxima
-            } else {
-                span_bounds(bounds, maxima, edited, span_len(n, k))
-            },
-            len: span_len(n, k),
-            held: holds_edits,
-        });
         let kept = ov.keep_mask().is_some();
-        let ambiguous = |buf: &mut Vec<(f32, u32)>| {
+        let mut ambiguous = |buf: &mut Vec<(f32, u32)>| {
             if replay && k <= crate::ops::HEAP_PARTIAL_SORT_MAX {
                 #[cfg(test)]
                 super::testing::note_heap_replay();
+                // With no pending mask, the first pass's span maxima bound each span's current
+                // values (with the edited values in it): the replay skips spans by them instead
+                // of reading the row again. Built here, only for a replay.
+                let known = (upto == 0 || ov.monotone_upto(upto)).then(|| Known {
+                    bounds: if edited.is_empty() {
+                        maxima
+                    } else {
+                        span_bounds(bounds, maxima, edited, span_len(n, k))
+                    },
+                    len: span_len(n, k),
+                    held: holds_edits,
+                });
                 heap_replay(row, ov, k.min(n), floor, upto, known, buf)
             } else {
                 Scan::Ambiguous
